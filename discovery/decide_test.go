@@ -1,0 +1,202 @@
+package discovery
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/skewgate/skewgate/discovery/discoverytest"
+)
+
+const (
+	acceptAggregated = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+	acceptNoPeer     = acceptAggregated + ";profile=nopeer"
+)
+
+func skewedIndex(t testing.TB, mutate func([]discoverytest.Server)) *Index {
+	t.Helper()
+	servers := discoverytest.SkewedControlPlane()
+	if mutate != nil {
+		mutate(servers)
+	}
+	snap, err := ParseSnapshot(discoverytest.SnapshotJSON(1, servers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := NewIndex(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ix
+}
+
+// The skewed control plane's servers, by index: 0 kube-a (v1.35), 1 kube-b, 2 kube-c.
+func TestDecideRoutesOnlyWhatNotEveryHealthyServerServes(t *testing.T) {
+	ix := skewedIndex(t, nil)
+	cases := []struct {
+		name         string
+		req          Request
+		want         Action
+		servers      ServerSet // acceptable targets for Route
+		wantRerouted bool
+	}{
+		{name: "common resource", req: Request{Method: "GET", Path: "/apis/apps/v1/namespaces/ns/deployments/web"}, want: Forward},
+		{name: "core resource", req: Request{Method: "GET", Path: "/api/v1/pods"}, want: Forward},
+		{name: "subresource of common resource", req: Request{Method: "POST", Path: "/api/v1/namespaces/ns/pods/p/exec"}, want: Forward},
+		{name: "resource nobody serves", req: Request{Method: "GET", Path: "/apis/example.com/v1/widgets"}, want: Forward},
+		{name: "skewed resource", req: Request{Method: "POST", Path: "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies"}, want: Route, servers: 0b110, wantRerouted: true},
+		{name: "skewed resource by name", req: Request{Method: "DELETE", Path: "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies/p"}, want: Route, servers: 0b110, wantRerouted: true},
+		{name: "skewed resource watch prefix", req: Request{Method: "GET", Path: "/apis/admissionregistration.k8s.io/v1/watch/mutatingadmissionpolicies"}, want: Route, servers: 0b110, wantRerouted: true},
+		{name: "alpha resource", req: Request{Method: "GET", Path: "/apis/coordination.k8s.io/v1alpha2/namespaces/kube-system/leasecandidates"}, want: Route, servers: 0b100, wantRerouted: true},
+		{name: "legacy group version document", req: Request{Method: "GET", Path: "/apis/coordination.k8s.io/v1alpha2"}, want: Route, servers: 0b100},
+		{name: "legacy group document", req: Request{Method: "GET", Path: "/apis/coordination.k8s.io/"}, want: Route, servers: 0b100},
+		{name: "openapi group version", req: Request{Method: "GET", Path: "/openapi/v3/apis/coordination.k8s.io/v1alpha2"}, want: Route, servers: 0b100},
+		{name: "common group version document", req: Request{Method: "GET", Path: "/apis/apps/v1"}, want: Forward},
+		{name: "openapi group alone is no document", req: Request{Method: "GET", Path: "/openapi/v3/apis/coordination.k8s.io"}, want: Forward},
+		{name: "write to a discovery path", req: Request{Method: "POST", Path: "/apis/coordination.k8s.io/v1alpha2"}, want: Forward},
+		{name: "malformed watch", req: Request{Method: "GET", Path: "/api/v1/watch"}, want: Forward},
+		{name: "health", req: Request{Method: "GET", Path: "/readyz"}, want: Forward},
+		{name: "trusted peer-proxied", req: Request{Method: "GET", Path: "/apis/coordination.k8s.io/v1alpha2/leasecandidates", PeerProxied: true}, want: Forward},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := ix.Decide(&c.req, 0)
+			if d.Action != c.want {
+				t.Fatalf("action %v; want %v (decision %+v)", d.Action, c.want, d)
+			}
+			if d.Action == Route && !c.servers.Has(d.Server) {
+				t.Errorf("routed to server %d; want one of %b", d.Server, c.servers)
+			}
+			if d.Rerouted != c.wantRerouted {
+				t.Errorf("rerouted %v; want %v", d.Rerouted, c.wantRerouted)
+			}
+		})
+	}
+}
+
+func TestDecideSpreadsReroutesUniformlyOverHealthyCapableServers(t *testing.T) {
+	ix := skewedIndex(t, nil)
+	req := Request{Method: "GET", Path: "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies"}
+	counts := map[int]int{}
+	for pick := range uint64(1000) {
+		counts[ix.Decide(&req, pick).Server]++
+	}
+	if len(counts) != 2 || counts[1] != 500 || counts[2] != 500 {
+		t.Errorf("targets %v; want 500 each on servers 1 and 2", counts)
+	}
+}
+
+func TestDecideNeverRoutesToAnUnhealthyServer(t *testing.T) {
+	ix := skewedIndex(t, func(s []discoverytest.Server) { s[1].Healthy = false })
+	req := Request{Method: "GET", Path: "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies"}
+	for pick := range uint64(10) {
+		if d := ix.Decide(&req, pick); d.Action != Route || d.Server != 2 {
+			t.Fatalf("pick %d: %+v; want Route to server 2", pick, d)
+		}
+	}
+	// Every healthy server (0 and 2) serves apps/v1: the gateway's balancing may choose.
+	if d := ix.Decide(&Request{Method: "GET", Path: "/apis/apps/v1/deployments"}, 0); d.Action != Forward {
+		t.Errorf("common resource: %+v; want Forward", d)
+	}
+}
+
+func TestDecideAnswersUnavailableWhenEveryCapableServerIsDown(t *testing.T) {
+	ix := skewedIndex(t, func(s []discoverytest.Server) { s[1].Healthy, s[2].Healthy = false, false })
+	req := Request{Method: "GET", Path: "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies"}
+	d := ix.Decide(&req, 0)
+	if d.Action != Unavailable {
+		t.Fatalf("%+v; want Unavailable", d)
+	}
+	var status struct {
+		Kind, APIVersion, Status, Message, Reason string
+		Code                                      int
+		Details                                   struct {
+			Group, Kind       string
+			RetryAfterSeconds int
+		}
+	}
+	body := UnavailableStatus(&d, 5)
+	if err := json.Unmarshal(body, &status); err != nil {
+		t.Fatalf("%v: %s", err, body)
+	}
+	if status.Kind != "Status" || status.APIVersion != "v1" || status.Status != "Failure" || status.Reason != "ServiceUnavailable" ||
+		status.Code != 503 || status.Details.Group != "admissionregistration.k8s.io" || status.Details.Kind != "mutatingadmissionpolicies" ||
+		status.Details.RetryAfterSeconds != 5 {
+		t.Errorf("status %+v", status)
+	}
+	// With no healthy server at all, a resource that nobody serves still goes to a real server.
+	ix = skewedIndex(t, func(s []discoverytest.Server) { s[0].Healthy, s[1].Healthy, s[2].Healthy = false, false, false })
+	if d := ix.Decide(&Request{Method: "GET", Path: "/apis/example.com/v1/widgets"}, 0); d.Action != Forward {
+		t.Errorf("unknown resource with all servers down: %+v; want Forward", d)
+	}
+	if d := ix.Decide(&Request{Method: "GET", Path: "/apis/apps/v1/deployments"}, 0); d.Action != Unavailable {
+		t.Errorf("common resource with all servers down: %+v; want Unavailable", d)
+	}
+}
+
+func TestDecideServesMergedDiscoveryOnlyForThePeerView(t *testing.T) {
+	ix := skewedIndex(t, nil)
+	apis, api := ix.MergedAPIs(), ix.MergedCoreAPI()
+	cases := []struct {
+		name       string
+		req        Request
+		want       Action
+		doc        *Document
+		wantNoPeer bool
+	}{
+		{"client-go default", Request{Method: "GET", Path: "/apis", Accept: acceptAggregated + ",application/json"}, ServeDocument, apis, false},
+		{"core", Request{Method: "GET", Path: "/api", Accept: acceptAggregated}, ServeDocument, api, false},
+		{"head", Request{Method: "HEAD", Path: "/apis", Accept: acceptAggregated}, ServeDocument, apis, false},
+		{"protobuf first, json accepted", Request{Method: "GET", Path: "/apis", Accept: "application/vnd.kubernetes.protobuf;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList," + acceptAggregated}, ServeDocument, apis, false},
+		{"current etag", Request{Method: "GET", Path: "/apis", Accept: acceptAggregated, IfNoneMatch: apis.ETag}, NotModified, apis, false},
+		{"other etag", Request{Method: "GET", Path: "/apis", Accept: acceptAggregated, IfNoneMatch: api.ETag}, ServeDocument, apis, false},
+		{"nopeer", Request{Method: "GET", Path: "/apis", Accept: acceptNoPeer + "," + acceptAggregated}, Forward, nil, true},
+		{"legacy json", Request{Method: "GET", Path: "/apis", Accept: "application/json"}, Forward, nil, false},
+		{"no accept", Request{Method: "GET", Path: "/apis"}, Forward, nil, false},
+		{"protobuf only", Request{Method: "GET", Path: "/apis", Accept: "application/vnd.kubernetes.protobuf;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"}, Forward, nil, false},
+		{"post", Request{Method: "POST", Path: "/apis", Accept: acceptAggregated}, Forward, nil, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := ix.Decide(&c.req, 0)
+			if d.Action != c.want || d.Document != c.doc || d.NoPeer != c.wantNoPeer {
+				t.Errorf("decision %+v; want action %v, document %p, nopeer %v", d, c.want, c.doc, c.wantNoPeer)
+			}
+		})
+	}
+}
+
+func TestMergedDiscoveryKeepsAPIsOfUnhealthyServers(t *testing.T) {
+	healthy := skewedIndex(t, nil)
+	degraded := skewedIndex(t, func(s []discoverytest.Server) { s[2].Healthy = false })
+	if healthy.MergedAPIs().ETag != degraded.MergedAPIs().ETag {
+		t.Error("a failed health probe changed the merged discovery document")
+	}
+}
+
+var decideBenchRequests = []Request{
+	{Method: "GET", Path: "/apis/apps/v1/namespaces/default/deployments/web"},
+	{Method: "GET", Path: "/api/v1/namespaces/default/pods"},
+	{Method: "POST", Path: "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies"},
+	{Method: "GET", Path: "/apis", Accept: acceptAggregated + ",application/json", IfNoneMatch: `"x"`},
+}
+
+func TestDecideDoesNotAllocate(t *testing.T) {
+	ix := skewedIndex(t, nil)
+	for _, req := range decideBenchRequests {
+		if n := testing.AllocsPerRun(100, func() { ix.Decide(&req, 1) }); n != 0 {
+			t.Errorf("%s %s: %v allocations per Decide; want 0", req.Method, req.Path, n)
+		}
+	}
+}
+
+func BenchmarkDecide(b *testing.B) {
+	ix := skewedIndex(b, nil)
+	for _, req := range decideBenchRequests {
+		b.Run(req.Method+req.Path, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := range b.N {
+				ix.Decide(&req, uint64(i))
+			}
+		})
+	}
+}

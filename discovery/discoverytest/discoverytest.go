@@ -1,0 +1,134 @@
+// Package discoverytest builds snapshot documents for tests: a control plane in
+// the middle of a rolling upgrade, described by which server serves what.
+package discoverytest
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// Server describes one API server of a test control plane.
+type Server struct {
+	ID, Cluster, Version string
+	Healthy              bool
+	// Groups maps "group/version" to resource names; the core group is "/v1".
+	Groups map[string][]string
+}
+
+// commonAPIs is what every server of the skewed control plane serves.
+var commonAPIs = map[string][]string{
+	"/v1":                                  {"pods", "namespaces", "configmaps"},
+	"apps/v1":                              {"deployments", "statefulsets"},
+	"admissionregistration.k8s.io/v1":      {"validatingadmissionpolicies"},
+	"admissionregistration.k8s.io/v1beta1": {"validatingadmissionpolicies"},
+	"coordination.k8s.io/v1":               {"leases"},
+	"apiextensions.k8s.io/v1":              {"customresourcedefinitions"},
+	"authorization.k8s.io/v1":              {"subjectaccessreviews"},
+	"rbac.authorization.k8s.io/v1":         {"roles", "rolebindings"},
+	"batch/v1":                             {"jobs", "cronjobs"},
+	"policy/v1":                            {"poddisruptionbudgets"},
+}
+
+// SkewedControlPlane is a v1.35 server next to two v1.36 servers, one of which
+// enables an alpha API: the shape of a rolling upgrade. Only the v1.36 servers
+// serve mutatingadmissionpolicies; only kube-c serves coordination.k8s.io/v1alpha2.
+func SkewedControlPlane() []Server {
+	return []Server{
+		{"apiserver-aaa", "kube-a", "v1.35.4", true, withAPIs(nil)},
+		{"apiserver-bbb", "kube-b", "v1.36.3", true, withAPIs(map[string][]string{
+			"admissionregistration.k8s.io/v1": {"mutatingadmissionpolicies"},
+		})},
+		{"apiserver-ccc", "kube-c", "v1.36.3", true, withAPIs(map[string][]string{
+			"admissionregistration.k8s.io/v1": {"mutatingadmissionpolicies"},
+			"coordination.k8s.io/v1alpha2":    {"leasecandidates"},
+		})},
+	}
+}
+
+func withAPIs(extra map[string][]string) map[string][]string {
+	m := make(map[string][]string, len(commonAPIs)+len(extra))
+	for k, v := range commonAPIs {
+		m[k] = slices.Clone(v)
+	}
+	for k, v := range extra {
+		m[k] = append(m[k], v...)
+	}
+	return m
+}
+
+type resourceJSON struct {
+	Resource         string   `json:"resource"`
+	Scope            string   `json:"scope"`
+	SingularResource string   `json:"singularResource"`
+	Verbs            []string `json:"verbs"`
+}
+
+type versionJSON struct {
+	Version   string         `json:"version"`
+	Resources []resourceJSON `json:"resources"`
+	Freshness string         `json:"freshness"`
+}
+
+type groupJSON struct {
+	Metadata map[string]string `json:"metadata"`
+	Versions []versionJSON     `json:"versions"`
+}
+
+// GroupListJSON renders the /apis (core false) or /api (core true) document of
+// a server serving groups, in the deterministic order a real server would use
+// for equal priorities (group name; newer version first).
+func GroupListJSON(groups map[string][]string, core bool) json.RawMessage {
+	byGroup := map[string][]versionJSON{}
+	for gv, resources := range groups {
+		g, v, _ := strings.Cut(gv, "/")
+		if (g == "") != core {
+			continue
+		}
+		var rs []resourceJSON
+		for _, r := range resources {
+			rs = append(rs, resourceJSON{r, "Namespaced", strings.TrimSuffix(r, "s"), []string{"get", "list", "watch"}})
+		}
+		byGroup[g] = append(byGroup[g], versionJSON{v, rs, "Current"})
+	}
+	items := []groupJSON{}
+	for _, g := range slices.Sorted(maps.Keys(byGroup)) {
+		meta := map[string]string{}
+		if g != "" {
+			meta["name"] = g
+		}
+		vs := byGroup[g]
+		slices.SortFunc(vs, func(a, b versionJSON) int { return strings.Compare(b.Version, a.Version) })
+		items = append(items, groupJSON{meta, vs})
+	}
+	return mustMarshal(map[string]any{
+		"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2",
+		"metadata": map[string]any{}, "items": items,
+	})
+}
+
+// SnapshotJSON renders a snapshot document for the servers.
+func SnapshotJSON(generation uint64, servers []Server) json.RawMessage {
+	type server struct {
+		ID      string          `json:"id"`
+		Cluster string          `json:"cluster"`
+		Version string          `json:"version"`
+		Healthy bool            `json:"healthy"`
+		APIs    json.RawMessage `json:"apis"`
+		API     json.RawMessage `json:"api"`
+	}
+	list := make([]server, 0, len(servers))
+	for _, s := range servers {
+		list = append(list, server{s.ID, s.Cluster, s.Version, s.Healthy, GroupListJSON(s.Groups, false), GroupListJSON(s.Groups, true)})
+	}
+	return mustMarshal(map[string]any{"generation": generation, "servers": list})
+}
+
+func mustMarshal(v any) json.RawMessage {
+	out, err := json.Marshal(v)
+	if err != nil {
+		panic("discoverytest: " + err.Error())
+	}
+	return out
+}

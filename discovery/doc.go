@@ -1,0 +1,36 @@
+// Package discovery is skewgate's pure decision core: it classifies Kubernetes API
+// requests, indexes which API server serves which group/version/resource, decides
+// where a request must go during a version skew, and merges every server's own
+// aggregated discovery into the one document upstream's peer-aggregated discovery
+// (KEP-4020) would serve.
+//
+// The package is compiled into the proxy-wasm plugin, so outside tests it depends
+// only on the standard library and github.com/tidwall/gjson, and the request path
+// (ParseRequestInfo, NegotiateDiscovery, Index.Decide) does not allocate.
+//
+// # Snapshot format
+//
+// The controller pushes a Snapshot as JSON. Every field is required unless noted.
+//
+//	{
+//	  "generation": 42,                     // > 0; a new snapshot carries a higher number
+//	  "servers": [                          // 1 to 64 servers
+//	    {
+//	      "id": "apiserver-7x5ezbbh7ckzrcmfarikojwuzq", // upstream server ID (identity lease name) when
+//	                                        // known, otherwise any stable unique name
+//	      "cluster": "apiserver-a",         // the gateway's upstream (Envoy cluster) for this server
+//	      "version": "v1.36.3",             // the server's gitVersion from /version
+//	      "healthy": true,                  // /readyz answered 200 on the last probe
+//	      "apis": { APIGroupDiscoveryList },// the server's own GET /apis, Accept ...;profile=nopeer
+//	      "api":  { APIGroupDiscoveryList } // the server's own GET /api, same Accept
+//	    }
+//	  ]
+//	}
+//
+// "apis" and "api" are the apidiscovery.k8s.io/v2 documents exactly as the server
+// served them (kind, apiVersion and metadata at list level are accepted and
+// ignored). fixtures/snapshot-example.json is a complete example.
+//
+// ParseSnapshot rejects malformed input with an error that names the server and
+// the field; it never panics. Callers keep their previous snapshot on error.
+package discovery

@@ -1,0 +1,196 @@
+package discovery
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// MaxServers bounds a snapshot: server sets are bit masks in a uint64, and no
+// control plane runs more API servers than this.
+const MaxServers = 64
+
+// Snapshot is one consistent view of the control plane: every API server's own
+// discovery and health at one moment, under one generation number.
+type Snapshot struct {
+	Generation uint64
+	Servers    []Server
+}
+
+// Server is one kube-apiserver as the controller last saw it.
+type Server struct {
+	ID      string
+	Cluster string
+	Version string
+	Healthy bool
+	// APIs and Core are the server's own (nopeer) /apis and /api documents.
+	APIs GroupList
+	Core GroupList
+}
+
+// ParseSnapshot decodes and validates a snapshot document (format in the package
+// documentation). Any defect yields an error naming the server and field.
+func ParseSnapshot(raw []byte) (*Snapshot, error) {
+	if !gjson.ValidBytes(raw) {
+		return nil, fmt.Errorf("snapshot: not valid JSON")
+	}
+	return parseSnapshot(gjson.ParseBytes(raw))
+}
+
+// parseSnapshot decodes a snapshot from an already validated JSON value, so that
+// a snapshot embedded in a larger document is not scanned twice.
+func parseSnapshot(doc gjson.Result) (*Snapshot, error) {
+	if !doc.IsObject() {
+		return nil, fmt.Errorf("snapshot: must be a JSON object")
+	}
+	gen := doc.Get("generation")
+	if gen.Type != gjson.Number || gen.Raw != fmt.Sprint(gen.Uint()) || gen.Uint() == 0 {
+		return nil, fmt.Errorf("snapshot: generation: must be a positive integer, got %s", describeRaw(gen))
+	}
+	servers := doc.Get("servers")
+	if !servers.IsArray() {
+		return nil, fmt.Errorf("snapshot: servers: must be an array, got %s", describeRaw(servers))
+	}
+	snap := &Snapshot{Generation: gen.Uint()}
+	var err error
+	servers.ForEach(func(_, s gjson.Result) bool {
+		if len(snap.Servers) == MaxServers {
+			err = fmt.Errorf("snapshot: servers: more than %d servers", MaxServers)
+			return false
+		}
+		var srv Server
+		srv, err = parseServer(len(snap.Servers), s)
+		snap.Servers = append(snap.Servers, srv)
+		return err == nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := snap.Validate(); err != nil {
+		return nil, err
+	}
+	return snap, nil
+}
+
+func parseServer(i int, s gjson.Result) (Server, error) {
+	if !s.IsObject() {
+		return Server{}, fmt.Errorf("snapshot: servers[%d]: must be an object, got %s", i, describeRaw(s))
+	}
+	var srv Server
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"id", &srv.ID}, {"cluster", &srv.Cluster}, {"version", &srv.Version}} {
+		v := s.Get(f.name)
+		if v.Type != gjson.String {
+			return Server{}, fmt.Errorf("snapshot: servers[%d]: %s: must be a string, got %s", i, f.name, describeRaw(v))
+		}
+		*f.dst = v.Str
+	}
+	where := serverLabel(i, srv.ID)
+	healthy := s.Get("healthy")
+	if !healthy.IsBool() {
+		return Server{}, fmt.Errorf("snapshot: %s: healthy: must be true or false, got %s", where, describeRaw(healthy))
+	}
+	srv.Healthy = healthy.Bool()
+	for _, f := range []struct {
+		name string
+		dst  *GroupList
+	}{{"apis", &srv.APIs}, {"api", &srv.Core}} {
+		v := s.Get(f.name)
+		if !v.IsObject() {
+			return Server{}, fmt.Errorf("snapshot: %s: %s: must be an APIGroupDiscoveryList object, got %s", where, f.name, describeRaw(v))
+		}
+		list, err := ParseGroupList([]byte(v.Raw))
+		if err != nil {
+			return Server{}, fmt.Errorf("snapshot: %s: %s: %w", where, f.name, err)
+		}
+		*f.dst = list
+	}
+	return srv, nil
+}
+
+// Validate checks the invariants every consumer relies on: a positive
+// generation, 1..MaxServers servers with unique well-formed IDs and clusters,
+// the core group only in /api and never in /apis.
+func (s *Snapshot) Validate() error {
+	if s.Generation == 0 {
+		return fmt.Errorf("snapshot: generation: must be positive")
+	}
+	if len(s.Servers) == 0 || len(s.Servers) > MaxServers {
+		return fmt.Errorf("snapshot: servers: need 1 to %d servers, got %d", MaxServers, len(s.Servers))
+	}
+	ids := make(map[string]int, len(s.Servers))
+	clusters := make(map[string]int, len(s.Servers))
+	for i := range s.Servers {
+		srv := &s.Servers[i]
+		where := serverLabel(i, srv.ID)
+		if err := checkToken("id", srv.ID); err != nil {
+			return fmt.Errorf("snapshot: %s: %w", where, err)
+		}
+		if err := checkToken("cluster", srv.Cluster); err != nil {
+			return fmt.Errorf("snapshot: %s: %w", where, err)
+		}
+		if err := checkToken("version", srv.Version); err != nil {
+			return fmt.Errorf("snapshot: %s: %w", where, err)
+		}
+		if j, dup := ids[srv.ID]; dup {
+			return fmt.Errorf("snapshot: %s: id: duplicates servers[%d]", where, j)
+		}
+		ids[srv.ID] = i
+		if j, dup := clusters[srv.Cluster]; dup {
+			return fmt.Errorf("snapshot: %s: cluster: %q is also used by servers[%d]", where, srv.Cluster, j)
+		}
+		clusters[srv.Cluster] = i
+		for g := range srv.APIs.Items {
+			if srv.APIs.Items[g].Name() == "" {
+				return fmt.Errorf("snapshot: %s: apis: items[%d]: the core group belongs in /api, not /apis", where, g)
+			}
+		}
+		for g := range srv.Core.Items {
+			if name := srv.Core.Items[g].Name(); name != "" {
+				return fmt.Errorf("snapshot: %s: api: items[%d] (%s): /api holds only the core group", where, g, name)
+			}
+		}
+	}
+	return nil
+}
+
+// checkToken accepts the printable, space-free ASCII that server IDs, Envoy
+// cluster names and version strings are made of; anything else would end up in a
+// header value or a log line.
+func checkToken(field, v string) error {
+	if v == "" {
+		return fmt.Errorf("%s: must not be empty", field)
+	}
+	if len(v) > 253 {
+		return fmt.Errorf("%s: longer than 253 characters", field)
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c <= ' ' || c >= 0x7f {
+			return fmt.Errorf("%s: %q: character %q is not allowed (printable ASCII without spaces only)", field, v, c)
+		}
+	}
+	return nil
+}
+
+func serverLabel(i int, id string) string {
+	if id == "" || checkToken("id", id) != nil {
+		return fmt.Sprintf("servers[%d]", i)
+	}
+	return fmt.Sprintf("servers[%d] (%s)", i, id)
+}
+
+// describeRaw names what was found where something else was expected, short
+// enough for one log line.
+func describeRaw(v gjson.Result) string {
+	if !v.Exists() {
+		return "nothing (field missing)"
+	}
+	raw := strings.TrimSpace(v.Raw)
+	if len(raw) > 40 {
+		raw = raw[:37] + "..."
+	}
+	return raw
+}
