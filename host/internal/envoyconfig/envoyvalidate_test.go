@@ -1,0 +1,552 @@
+package envoyconfig
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	earlymutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	"sigs.k8s.io/yaml"
+)
+
+// envoyTypes resolves exactly the typed configs skewgate's documents may use,
+// so a mistyped or unexpected type URL fails decoding.
+var envoyTypes = func() *protoregistry.Types {
+	var types protoregistry.Types
+	for _, m := range []proto.Message{
+		&hcmv3.HttpConnectionManager{},
+		&routerv3.Router{},
+		&wasmfilterv3.Wasm{},
+		&tlsv3.DownstreamTlsContext{},
+		&tlsv3.UpstreamTlsContext{},
+		&upstreamhttpv3.HttpProtocolOptions{},
+		&earlymutationv3.HeaderMutation{},
+		&corev3.TypedExtensionConfig{},
+		&wrapperspb.StringValue{},
+	} {
+		if err := types.RegisterMessage(m.ProtoReflect().Type()); err != nil {
+			panic(err)
+		}
+	}
+	return &types
+}()
+
+// decodeEnvoyYAML reads doc the way Envoy does (YAML, then the proto3 JSON
+// mapping, unknown fields rejected) into msg, runs the generated validation
+// rules on msg and, recursively, on every typed config inside it, and rejects
+// deprecated fields and enum values.
+func decodeEnvoyYAML(doc []byte, msg proto.Message) error {
+	js, err := yaml.YAMLToJSONStrict(doc)
+	if err != nil {
+		return fmt.Errorf("YAML: %w", err)
+	}
+	if err := (protojson.UnmarshalOptions{Resolver: envoyTypes}).Unmarshal(js, msg); err != nil {
+		return fmt.Errorf("proto: %w", err)
+	}
+	return validateTree(msg)
+}
+
+type allValidator interface{ ValidateAll() error }
+
+func validateTree(msg proto.Message) error {
+	var errs []error
+	if v, ok := msg.(allValidator); ok {
+		if err := v.ValidateAll(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", msg.ProtoReflect().Descriptor().FullName(), err))
+		}
+	}
+	inspectFields(msg.ProtoReflect(), &errs)
+	return errors.Join(errs...)
+}
+
+// inspectFields rejects deprecated fields and enum values set anywhere in m,
+// and validates the message inside every Any it reaches.
+func inspectFields(m protoreflect.Message, errs *[]error) {
+	if a, ok := m.Interface().(*anypb.Any); ok {
+		inner, err := anypb.UnmarshalNew(a, proto.UnmarshalOptions{Resolver: envoyTypes})
+		if err == nil {
+			err = validateTree(inner)
+		}
+		if err != nil {
+			*errs = append(*errs, fmt.Errorf("%s: %w", a.GetTypeUrl(), err))
+		}
+		return
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if isDeprecated(fd.Options()) {
+			*errs = append(*errs, fmt.Errorf("deprecated field %s", fd.FullName()))
+		}
+		var values []protoreflect.Value
+		switch {
+		case fd.IsMap():
+			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				values = append(values, mv)
+				return true
+			})
+			fd = fd.MapValue()
+		case fd.IsList():
+			for i := 0; i < v.List().Len(); i++ {
+				values = append(values, v.List().Get(i))
+			}
+		default:
+			values = append(values, v)
+		}
+		for _, value := range values {
+			switch {
+			case fd.Message() != nil:
+				inspectFields(value.Message(), errs)
+			case fd.Enum() != nil:
+				if ev := fd.Enum().Values().ByNumber(value.Enum()); ev != nil && isDeprecated(ev.Options()) {
+					*errs = append(*errs, fmt.Errorf("deprecated value %s of %s", ev.Name(), fd.FullName()))
+				}
+			}
+		}
+		return true
+	})
+}
+
+func isDeprecated(options proto.Message) bool {
+	switch o := options.(type) {
+	case *descriptorpb.FieldOptions:
+		return o.GetDeprecated()
+	case *descriptorpb.EnumValueOptions:
+		return o.GetDeprecated()
+	}
+	return false
+}
+
+func unpack[T proto.Message](a *anypb.Any) (T, error) {
+	var zero T
+	if a == nil {
+		return zero, errors.New("missing typed config")
+	}
+	m, err := anypb.UnmarshalNew(a, proto.UnmarshalOptions{Resolver: envoyTypes})
+	if err != nil {
+		return zero, err
+	}
+	t, ok := m.(T)
+	if !ok {
+		return zero, fmt.Errorf("typed config is %s, want %T", a.GetTypeUrl(), zero)
+	}
+	return t, nil
+}
+
+// pluginConfigDoc is the plugin configuration schema; decoding rejects
+// unknown fields at every level.
+type pluginConfigDoc struct {
+	RoutingHeader          string `json:"routingHeader"`
+	RetryAfterSeconds      int    `json:"retryAfterSeconds"`
+	TrustPeerProxiedHeader bool   `json:"trustPeerProxiedHeader"`
+	IdentityMode           string `json:"identityMode"`
+	Snapshot               struct {
+		Generation uint64 `json:"generation"`
+		Servers    []struct {
+			ID      string             `json:"id"`
+			Cluster string             `json:"cluster"`
+			Version string             `json:"version"`
+			Healthy bool               `json:"healthy"`
+			APIs    groupDiscoveryList `json:"apis"`
+			API     groupDiscoveryList `json:"api"`
+		} `json:"servers"`
+	} `json:"snapshot"`
+}
+
+var (
+	pluginConfigKeys = []string{"routingHeader", "retryAfterSeconds", "trustPeerProxiedHeader", "identityMode", "snapshot"}
+	serverKeys       = []string{"id", "cluster", "version", "healthy", "apis", "api"}
+)
+
+// parsePluginConfig checks that raw carries every field of the plugin
+// configuration with the right JSON types and nothing else.
+func parsePluginConfig(raw []byte) (pluginConfigDoc, error) {
+	var doc pluginConfigDoc
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		return doc, fmt.Errorf("plugin configuration: %w", err)
+	}
+	var presence struct {
+		Top      map[string]json.RawMessage
+		Snapshot struct {
+			Servers []map[string]json.RawMessage `json:"servers"`
+		} `json:"snapshot"`
+	}
+	if err := json.Unmarshal(raw, &presence.Top); err != nil {
+		return doc, err
+	}
+	if err := json.Unmarshal(presence.Top["snapshot"], &presence.Snapshot); err != nil {
+		return doc, fmt.Errorf("plugin configuration: snapshot: %w", err)
+	}
+	for _, k := range pluginConfigKeys {
+		if _, ok := presence.Top[k]; !ok {
+			return doc, fmt.Errorf("plugin configuration: %s missing", k)
+		}
+	}
+	if doc.Snapshot.Generation == 0 || len(doc.Snapshot.Servers) == 0 {
+		return doc, errors.New("plugin configuration: snapshot needs a positive generation and at least one server")
+	}
+	for i, srv := range presence.Snapshot.Servers {
+		for _, k := range serverKeys {
+			if _, ok := srv[k]; !ok {
+				return doc, fmt.Errorf("plugin configuration: snapshot.servers[%d].%s missing", i, k)
+			}
+		}
+	}
+	for i, srv := range doc.Snapshot.Servers {
+		for name, list := range map[string]groupDiscoveryList{"apis": srv.APIs, "api": srv.API} {
+			if list.Kind != "APIGroupDiscoveryList" || list.APIVersion != "apidiscovery.k8s.io/v2" {
+				return doc, fmt.Errorf("plugin configuration: snapshot.servers[%d].%s is %s %s, want an apidiscovery.k8s.io/v2 APIGroupDiscoveryList", i, name, list.APIVersion, list.Kind)
+			}
+		}
+	}
+	if doc.IdentityMode != string(IdentityPassthrough) && doc.IdentityMode != string(IdentityFrontProxy) {
+		return doc, fmt.Errorf("plugin configuration: identityMode %q", doc.IdentityMode)
+	}
+	return doc, nil
+}
+
+// checkWasmFilter checks the skewgate Wasm filter config and returns its
+// parsed plugin configuration.
+func checkWasmFilter(w *wasmfilterv3.Wasm) (pluginConfigDoc, error) {
+	c := w.GetConfig()
+	vm := c.GetVmConfig()
+	switch {
+	case c.GetName() != FilterName || c.GetRootId() != FilterName || vm.GetVmId() != FilterName:
+		return pluginConfigDoc{}, fmt.Errorf("wasm: name/root_id/vm_id = %q/%q/%q, want %q", c.GetName(), c.GetRootId(), vm.GetVmId(), FilterName)
+	case vm.GetRuntime() != wasmRuntimeV8:
+		return pluginConfigDoc{}, fmt.Errorf("wasm: runtime %q", vm.GetRuntime())
+	case c.GetFailurePolicy() != wasmv3.FailurePolicy_FAIL_CLOSED:
+		return pluginConfigDoc{}, fmt.Errorf("wasm: failure_policy %s, want FAIL_CLOSED", c.GetFailurePolicy())
+	case !path.IsAbs(vm.GetCode().GetLocal().GetFilename()):
+		return pluginConfigDoc{}, fmt.Errorf("wasm: code must be a local absolute file, got %v", vm.GetCode())
+	}
+	configuration, err := unpack[*wrapperspb.StringValue](c.GetConfiguration())
+	if err != nil {
+		return pluginConfigDoc{}, fmt.Errorf("wasm: configuration: %w", err)
+	}
+	return parsePluginConfig([]byte(configuration.GetValue()))
+}
+
+// checkECDSResource checks a file-based ECDS DiscoveryResponse and returns
+// the Wasm filter config it delivers.
+func checkECDSResource(doc []byte) (*wasmfilterv3.Wasm, error) {
+	var resp discoveryv3.DiscoveryResponse
+	if err := decodeEnvoyYAML(doc, &resp); err != nil {
+		return nil, err
+	}
+	if resp.GetVersionInfo() == "" || len(resp.GetResources()) != 1 {
+		return nil, fmt.Errorf("ECDS: want a version and one resource, got %q and %d", resp.GetVersionInfo(), len(resp.GetResources()))
+	}
+	ext, err := unpack[*corev3.TypedExtensionConfig](resp.GetResources()[0])
+	if err != nil {
+		return nil, fmt.Errorf("ECDS resource: %w", err)
+	}
+	if ext.GetName() != FilterName {
+		return nil, fmt.Errorf("ECDS resource name %q, want the filter name %q", ext.GetName(), FilterName)
+	}
+	wasm, err := unpack[*wasmfilterv3.Wasm](ext.GetTypedConfig())
+	if err != nil {
+		return nil, fmt.Errorf("ECDS resource: %w", err)
+	}
+	_, err = checkWasmFilter(wasm)
+	return wasm, err
+}
+
+// checkBootstrap decodes and validates a rendered bootstrap and checks
+// skewgate's invariants. ecdsWasm is the filter config delivered by ECDS,
+// or nil when the bootstrap must carry it inline.
+func checkBootstrap(doc []byte, ecdsWasm *wasmfilterv3.Wasm) error {
+	var b bootstrapv3.Bootstrap
+	if err := decodeEnvoyYAML(doc, &b); err != nil {
+		return err
+	}
+	if got := b.GetAdmin().GetAddress().GetSocketAddress().GetAddress(); got != "127.0.0.1" {
+		return fmt.Errorf("admin listens on %q, want 127.0.0.1", got)
+	}
+	listeners := b.GetStaticResources().GetListeners()
+	if len(listeners) != 1 || len(listeners[0].GetFilterChains()) != 1 {
+		return fmt.Errorf("want one listener with one filter chain, got %d listeners", len(listeners))
+	}
+	chain := listeners[0].GetFilterChains()[0]
+	downstream, err := unpack[*tlsv3.DownstreamTlsContext](chain.GetTransportSocket().GetTypedConfig())
+	if err != nil {
+		return fmt.Errorf("listener TLS: %w", err)
+	}
+	if err := checkDownstreamTLS(downstream); err != nil {
+		return err
+	}
+	if len(chain.GetFilters()) != 1 {
+		return fmt.Errorf("want only the HTTP connection manager, got %d network filters", len(chain.GetFilters()))
+	}
+	hcm, err := unpack[*hcmv3.HttpConnectionManager](chain.GetFilters()[0].GetTypedConfig())
+	if err != nil {
+		return fmt.Errorf("network filter: %w", err)
+	}
+	plugin, err := checkHTTPConnectionManager(hcm, ecdsWasm)
+	if err != nil {
+		return err
+	}
+	if plugin.IdentityMode == string(IdentityFrontProxy) && !downstream.GetRequireClientCertificate().GetValue() {
+		return errors.New("front-proxy identity needs verified client certificates")
+	}
+	steered, balanced, err := checkRoutes(hcm.GetRouteConfig(), plugin.RoutingHeader)
+	if err != nil {
+		return err
+	}
+	clusters := map[string]*clusterv3.Cluster{}
+	for _, c := range b.GetStaticResources().GetClusters() {
+		if err := checkCluster(c, IdentityMode(plugin.IdentityMode)); err != nil {
+			return fmt.Errorf("cluster %s: %w", c.GetName(), err)
+		}
+		clusters[c.GetName()] = c
+	}
+	if all := clusters[balanced]; all == nil || len(all.GetLoadAssignment().GetEndpoints()) != 1 ||
+		len(all.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()) != len(clusters)-1 {
+		return fmt.Errorf("the default route's cluster %q must exist and hold every API server", balanced)
+	}
+	for _, srv := range plugin.Snapshot.Servers {
+		if c := clusters[srv.Cluster]; c == nil || srv.Cluster == balanced {
+			return fmt.Errorf("snapshot server %s steers to %q, which is not a per-server cluster", srv.ID, srv.Cluster)
+		}
+	}
+	if steered != plugin.RoutingHeader {
+		return fmt.Errorf("route reads %q, plugin writes %q", steered, plugin.RoutingHeader)
+	}
+	return checkExplicitNotFoundCode(doc)
+}
+
+func checkDownstreamTLS(tls *tlsv3.DownstreamTlsContext) error {
+	common := tls.GetCommonTlsContext()
+	switch {
+	case common.GetTlsParams().GetTlsMinimumProtocolVersion() != tlsv3.TlsParameters_TLSv1_2:
+		return fmt.Errorf("listener TLS minimum %s, want TLSv1_2", common.GetTlsParams().GetTlsMinimumProtocolVersion())
+	case !slices.Equal(common.GetAlpnProtocols(), []string{"h2", "http/1.1"}):
+		return fmt.Errorf("listener ALPN %q", common.GetAlpnProtocols())
+	case len(common.GetTlsCertificates()) != 1:
+		return errors.New("listener needs exactly one serving certificate")
+	}
+	ca := common.GetValidationContext().GetTrustedCa().GetFilename()
+	if (ca != "") != tls.GetRequireClientCertificate().GetValue() {
+		return fmt.Errorf("client CA %q but require_client_certificate=%v", ca, tls.GetRequireClientCertificate().GetValue())
+	}
+	return nil
+}
+
+// checkHTTPConnectionManager checks the HCM and returns the plugin
+// configuration of its Wasm filter.
+func checkHTTPConnectionManager(hcm *hcmv3.HttpConnectionManager, ecdsWasm *wasmfilterv3.Wasm) (pluginConfigDoc, error) {
+	if hcm.GetForwardClientCertDetails() != hcmv3.HttpConnectionManager_SANITIZE {
+		return pluginConfigDoc{}, fmt.Errorf("forward_client_cert_details %s, want SANITIZE", hcm.GetForwardClientCertDetails())
+	}
+	if !hcm.GetUseRemoteAddress().GetValue() {
+		return pluginConfigDoc{}, errors.New("use_remote_address must be set at the edge")
+	}
+	var upgrades []string
+	for _, u := range hcm.GetUpgradeConfigs() {
+		upgrades = append(upgrades, u.GetUpgradeType())
+	}
+	if !slices.Contains(upgrades, "websocket") || !slices.Contains(upgrades, "spdy/3.1") {
+		return pluginConfigDoc{}, fmt.Errorf("upgrades %q, want websocket and spdy/3.1", upgrades)
+	}
+	filters := hcm.GetHttpFilters()
+	if len(filters) != 2 || filters[0].GetName() != FilterName {
+		var names []string
+		for _, f := range filters {
+			names = append(names, f.GetName())
+		}
+		return pluginConfigDoc{}, fmt.Errorf("http_filters %q, want the %s filter then the router", names, FilterName)
+	}
+	if _, err := unpack[*routerv3.Router](filters[1].GetTypedConfig()); err != nil {
+		return pluginConfigDoc{}, fmt.Errorf("last HTTP filter: %w", err)
+	}
+	wasm := ecdsWasm
+	if discovery := filters[0].GetConfigDiscovery(); discovery != nil {
+		if ecdsWasm == nil {
+			return pluginConfigDoc{}, errors.New("filter uses ECDS but no ECDS resource was given")
+		}
+		if err := checkConfigDiscovery(discovery); err != nil {
+			return pluginConfigDoc{}, err
+		}
+	} else {
+		inline, err := unpack[*wasmfilterv3.Wasm](filters[0].GetTypedConfig())
+		if err != nil {
+			return pluginConfigDoc{}, fmt.Errorf("plugin filter: %w", err)
+		}
+		wasm = inline
+	}
+	plugin, err := checkWasmFilter(wasm)
+	if err != nil {
+		return pluginConfigDoc{}, err
+	}
+	return plugin, checkEarlyRemovals(hcm, plugin.RoutingHeader)
+}
+
+func checkConfigDiscovery(d *corev3.ExtensionConfigSource) error {
+	source := d.GetConfigSource().GetPathConfigSource()
+	switch {
+	case !slices.Equal(d.GetTypeUrls(), []string{wasmFilterTypeURL}):
+		return fmt.Errorf("ECDS type_urls %q", d.GetTypeUrls())
+	case source == nil:
+		return errors.New("ECDS must use a path_config_source")
+	case path.Dir(source.GetPath()) != source.GetWatchedDirectory().GetPath():
+		return fmt.Errorf("ECDS file %q is not in the watched directory %q", source.GetPath(), source.GetWatchedDirectory().GetPath())
+	case d.GetDefaultConfig() != nil:
+		return errors.New("ECDS must not fall back to a default plugin configuration")
+	}
+	return nil
+}
+
+// checkEarlyRemovals requires that a client's copy of the routing header is
+// removed before routing.
+func checkEarlyRemovals(hcm *hcmv3.HttpConnectionManager, routingHeader string) error {
+	var removed []string
+	for _, ext := range hcm.GetEarlyHeaderMutationExtensions() {
+		m, err := unpack[*earlymutationv3.HeaderMutation](ext.GetTypedConfig())
+		if err != nil {
+			return fmt.Errorf("early header mutation: %w", err)
+		}
+		for _, mut := range m.GetMutations() {
+			if mut.GetRemoveOnMatch() != nil {
+				return errors.New("early header mutation: remove_on_match needs Envoy 1.36, above the supported floor")
+			}
+			removed = append(removed, mut.GetRemove())
+		}
+	}
+	if !slices.Contains(removed, routingHeader) {
+		return fmt.Errorf("early removals %q must cover the routing header %q", removed, routingHeader)
+	}
+	return nil
+}
+
+// checkRoutes requires a header-steered route first and a balanced default
+// route last, both without timeouts; it returns the steering header and the
+// default cluster.
+func checkRoutes(rc *routev3.RouteConfiguration, routingHeader string) (steered, balanced string, err error) {
+	if !slices.Contains(rc.GetRequestHeadersToRemove(), routingHeader) {
+		return "", "", fmt.Errorf("routing header %q must not reach the API servers", routingHeader)
+	}
+	hosts := rc.GetVirtualHosts()
+	if len(hosts) != 1 || len(hosts[0].GetRoutes()) != 2 {
+		return "", "", errors.New("want one virtual host with two routes")
+	}
+	first, last := hosts[0].GetRoutes()[0], hosts[0].GetRoutes()[1]
+	headers := first.GetMatch().GetHeaders()
+	if len(headers) != 1 || headers[0].GetName() != routingHeader || !headers[0].GetPresentMatch() {
+		return "", "", fmt.Errorf("first route must match presence of %q", routingHeader)
+	}
+	action := first.GetRoute()
+	if action.GetClusterHeader() == "" || action.GetClusterNotFoundResponseCode() != routev3.RouteAction_SERVICE_UNAVAILABLE {
+		return "", "", errors.New("first route must use cluster_header and answer 503 for unknown clusters")
+	}
+	if last.GetMatch().GetPrefix() != "/" || len(last.GetMatch().GetHeaders()) != 0 || last.GetRoute().GetCluster() == "" {
+		return "", "", errors.New("last route must send everything else to one cluster")
+	}
+	for _, r := range hosts[0].GetRoutes() {
+		a := r.GetRoute()
+		if a.GetTimeout() == nil || a.GetTimeout().AsDuration() != 0 || a.GetIdleTimeout() == nil || a.GetIdleTimeout().AsDuration() != 0 {
+			return "", "", fmt.Errorf("route %s must disable the request and idle timeouts for watches", r.GetName())
+		}
+	}
+	return action.GetClusterHeader(), last.GetRoute().GetCluster(), nil
+}
+
+func checkCluster(c *clusterv3.Cluster, mode IdentityMode) error {
+	tls, err := unpack[*tlsv3.UpstreamTlsContext](c.GetTransportSocket().GetTypedConfig())
+	if err != nil {
+		return fmt.Errorf("upstream TLS: %w", err)
+	}
+	common := tls.GetCommonTlsContext()
+	validation := common.GetValidationContext()
+	sans := validation.GetMatchTypedSubjectAltNames()
+	switch {
+	case tls.GetSni() != APIServerSNI:
+		return fmt.Errorf("SNI %q", tls.GetSni())
+	case validation.GetTrustedCa().GetFilename() == "":
+		return errors.New("no CA verifies the API server")
+	case len(sans) != 1 || sans[0].GetSanType() != tlsv3.SubjectAltNameMatcher_DNS || sans[0].GetMatcher().GetExact() != APIServerSNI:
+		return fmt.Errorf("SAN check %v, want DNS %s", sans, APIServerSNI)
+	case common.GetTlsParams().GetTlsMinimumProtocolVersion() != tlsv3.TlsParameters_TLSv1_2:
+		return errors.New("upstream TLS minimum must be TLSv1_2")
+	case (len(common.GetTlsCertificates()) == 1) != (mode == IdentityFrontProxy):
+		return fmt.Errorf("%d client certificates in %s identity mode", len(common.GetTlsCertificates()), mode)
+	}
+	options, err := unpack[*upstreamhttpv3.HttpProtocolOptions](c.GetTypedExtensionProtocolOptions()[httpProtocolOptionsKey])
+	if err != nil {
+		return fmt.Errorf("HTTP protocol options: %w", err)
+	}
+	if options.GetUseDownstreamProtocolConfig() == nil {
+		return errors.New("upstream protocol must follow the client's (HTTP/1.1 for upgrades)")
+	}
+	checks := c.GetHealthChecks()
+	if len(checks) != 1 || checks[0].GetHttpHealthCheck().GetPath() != "/readyz" {
+		return errors.New("want one active /readyz health check")
+	}
+	if c.GetOutlierDetection() == nil {
+		return errors.New("no outlier detection")
+	}
+	return nil
+}
+
+// checkExplicitNotFoundCode looks at the document itself: proto3 cannot tell
+// an explicit SERVICE_UNAVAILABLE from the default.
+func checkExplicitNotFoundCode(doc []byte) error {
+	js, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return err
+	}
+	var generic any
+	if err := json.Unmarshal(js, &generic); err != nil {
+		return err
+	}
+	var found, explicit int
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if _, ok := v["cluster_header"]; ok {
+				found++
+				if v["cluster_not_found_response_code"] == "SERVICE_UNAVAILABLE" {
+					explicit++
+				}
+			}
+			for _, child := range v {
+				walk(child)
+			}
+		case []any:
+			for _, child := range v {
+				walk(child)
+			}
+		}
+	}
+	walk(generic)
+	if found == 0 || explicit != found {
+		return fmt.Errorf("%d of %d cluster_header routes set cluster_not_found_response_code: SERVICE_UNAVAILABLE explicitly", explicit, found)
+	}
+	return nil
+}
+
+func errorContains(err error, want string) bool {
+	return err != nil && strings.Contains(err.Error(), want)
+}

@@ -1,0 +1,357 @@
+package envoyconfig
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+)
+
+// Type URLs of every typed config the rendered documents use.
+const (
+	wasmFilterTypeURL       = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+	routerTypeURL           = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+	hcmTypeURL              = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+	downstreamTLSTypeURL    = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
+	upstreamTLSTypeURL      = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+	httpProtocolOptionsKey  = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+	httpProtocolOptionsURL  = "type.googleapis.com/" + httpProtocolOptionsKey
+	earlyHeaderMutationURL  = "type.googleapis.com/envoy.extensions.http.early_header_mutation.header_mutation.v3.HeaderMutation"
+	stringValueTypeURL      = "type.googleapis.com/google.protobuf.StringValue"
+	typedExtensionConfigURL = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"
+)
+
+const (
+	wasmRuntimeV8            = "envoy.wasm.runtime.v8"
+	listenerName             = "apiserver"
+	routeConfigName          = "apiserver"
+	hcmStatPrefix            = "apiserver"
+	unlimitedCircuitBreaking = 1000000
+)
+
+// Render returns the complete static Envoy bootstrap for spec, with the plugin
+// configured inline from spec.WasmPath and spec.PluginConfig.
+func Render(spec Spec) ([]byte, error) {
+	s, err := spec.normalized()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPath(s.WasmPath); err != nil {
+		return nil, fmt.Errorf("envoyconfig: invalid spec: wasm path: %w", err)
+	}
+	if err := s.checkPluginConfig(s.PluginConfig); err != nil {
+		return nil, err
+	}
+	wasm, err := wasmFilterConfig(s.PluginConfig, s.WasmPath)
+	if err != nil {
+		return nil, err
+	}
+	return marshalYAML(s.bootstrap(object{
+		{"name", FilterName},
+		{"typed_config", wasm},
+	}))
+}
+
+// RenderECDS returns the Envoy bootstrap for spec whose plugin filter is
+// delivered by file-based ECDS from ecdsResourcePath: Envoy watches the
+// file's directory and reloads the filter when a new file is moved in (see
+// WriteECDSFile). Without a default configuration the listener waits for the
+// first valid resource, so traffic never passes an unconfigured plugin.
+func RenderECDS(spec Spec, ecdsResourcePath string) ([]byte, error) {
+	s, err := spec.normalized()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPath(ecdsResourcePath); err != nil {
+		return nil, fmt.Errorf("envoyconfig: ECDS resource path: %w", err)
+	}
+	if path.Dir(ecdsResourcePath) == "/" {
+		return nil, errors.New("envoyconfig: ECDS resource path: must be inside a directory Envoy can watch, not /")
+	}
+	return marshalYAML(s.bootstrap(object{
+		{"name", FilterName},
+		{"config_discovery", object{
+			{"config_source", object{
+				{"path_config_source", object{
+					{"path", ecdsResourcePath},
+					{"watched_directory", object{{"path", path.Dir(ecdsResourcePath)}}},
+				}},
+				{"resource_api_version", "V3"},
+			}},
+			{"type_urls", list{wasmFilterTypeURL}},
+		}},
+	}))
+}
+
+// wasmFilterConfig is the envoy.filters.http.wasm typed config, identical for
+// the inline and the ECDS variant.
+func wasmFilterConfig(pluginConfigJSON []byte, wasmPath string) (object, error) {
+	configuration, err := compactJSON(pluginConfigJSON)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(configuration, "{") {
+		return nil, errors.New("envoyconfig: plugin configuration: must be a JSON object")
+	}
+	return object{
+		{"@type", wasmFilterTypeURL},
+		{"config", object{
+			{"name", FilterName},
+			{"root_id", FilterName},
+			{"vm_config", object{
+				{"vm_id", FilterName},
+				{"runtime", wasmRuntimeV8},
+				{"code", object{{"local", object{{"filename", wasmPath}}}}},
+			}},
+			{"configuration", object{
+				{"@type", stringValueTypeURL},
+				{"value", configuration},
+			}},
+			// A plugin that cannot run must not let requests bypass skew
+			// protection: Envoy answers 503 instead.
+			{"failure_policy", "FAIL_CLOSED"},
+		}},
+	}, nil
+}
+
+func (s *Spec) bootstrap(pluginFilter object) object {
+	clusters := make(list, 0, len(s.Servers)+1)
+	for _, srv := range s.Servers {
+		clusters = append(clusters, s.cluster(srv.Cluster, "ROUND_ROBIN", []Server{srv}))
+	}
+	clusters = append(clusters, s.cluster(s.AllServersCluster, "LEAST_REQUEST", s.Servers))
+	return object{
+		{"node", object{{"id", s.NodeID}, {"cluster", s.NodeID}}},
+		{"admin", object{{"address", socketAddress("127.0.0.1", s.AdminPort)}}},
+		{"static_resources", object{
+			{"listeners", list{s.listener(pluginFilter)}},
+			{"clusters", clusters},
+		}},
+	}
+}
+
+func socketAddress(addr string, port uint32) object {
+	return object{{"socket_address", object{{"address", addr}, {"port_value", port}}}}
+}
+
+func (s *Spec) listener(pluginFilter object) object {
+	return object{
+		{"name", listenerName},
+		{"address", socketAddress(s.ListenAddress, s.ListenPort)},
+		{"filter_chains", list{object{
+			{"transport_socket", object{
+				{"name", "envoy.transport_sockets.tls"},
+				{"typed_config", s.downstreamTLS()},
+			}},
+			{"filters", list{object{
+				{"name", "envoy.filters.network.http_connection_manager"},
+				{"typed_config", s.httpConnectionManager(pluginFilter)},
+			}}},
+		}}},
+	}
+}
+
+func (s *Spec) downstreamTLS() object {
+	common := object{
+		{"tls_params", object{{"tls_minimum_protocol_version", "TLSv1_2"}}},
+		{"alpn_protocols", list{"h2", "http/1.1"}},
+		{"tls_certificates", list{certificate(s.ServingCertPath, s.ServingKeyPath)}},
+	}
+	tls := object{{"@type", downstreamTLSTypeURL}}
+	if s.ClientCAPath != "" {
+		common = append(common, field{"validation_context", object{
+			{"trusted_ca", object{{"filename", s.ClientCAPath}}},
+		}})
+		tls = append(tls, field{"require_client_certificate", true})
+	}
+	return append(tls, field{"common_tls_context", common})
+}
+
+func certificate(certPath, keyPath string) object {
+	return object{
+		{"certificate_chain", object{{"filename", certPath}}},
+		{"private_key", object{{"filename", keyPath}}},
+	}
+}
+
+func (s *Spec) httpConnectionManager(pluginFilter object) object {
+	return object{
+		{"@type", hcmTypeURL},
+		{"stat_prefix", hcmStatPrefix},
+		{"codec_type", "AUTO"},
+		// Envoy is the edge: the peer address is the client. With no
+		// internal_address_config no client is internal (Envoy >= 1.33), so
+		// none can set x-envoy-* control headers.
+		{"use_remote_address", true},
+		{"forward_client_cert_details", "SANITIZE"},
+		// The plugin and the API servers must see the same path.
+		{"normalize_path", true},
+		{"request_headers_timeout", "10s"},
+		// kube-apiserver allows 1000 streams per HTTP/2 connection; clients
+		// multiplex many watches over one connection.
+		{"http2_protocol_options", object{{"max_concurrent_streams", uint32(1000)}}},
+		// A client's copy of the routing header is removed before the first
+		// route match and before any filter runs, even if a pushed plugin
+		// configuration names another header. (The plugin itself strips all
+		// X-Remote-* identity headers; removal by prefix would need Envoy 1.36.)
+		{"early_header_mutation_extensions", list{object{
+			{"name", "envoy.http.early_header_mutation.header_mutation"},
+			{"typed_config", object{
+				{"@type", earlyHeaderMutationURL},
+				{"mutations", list{object{{"remove", s.RoutingHeader}}}},
+			}},
+		}}},
+		// exec, attach and port-forward: WebSocket (current clients) and SPDY.
+		{"upgrade_configs", list{
+			object{{"upgrade_type", "websocket"}},
+			object{{"upgrade_type", "spdy/3.1"}},
+		}},
+		{"route_config", s.routeConfig()},
+		{"http_filters", list{
+			pluginFilter,
+			object{
+				{"name", "envoy.filters.http.router"},
+				{"typed_config", object{
+					{"@type", routerTypeURL},
+					{"suppress_envoy_headers", true},
+				}},
+			},
+		}},
+	}
+}
+
+func (s *Spec) routeConfig() object {
+	return object{
+		{"name", routeConfigName},
+		// The API servers need not see where the plugin steered.
+		{"request_headers_to_remove", list{s.RoutingHeader}},
+		{"virtual_hosts", list{object{
+			{"name", "apiserver"},
+			{"domains", list{"*"}},
+			{"routes", list{
+				object{
+					{"name", "steered"},
+					{"match", object{
+						{"prefix", "/"},
+						{"headers", list{object{{"name", s.RoutingHeader}, {"present_match", true}}}},
+					}},
+					{"route", longLivedRoute(object{
+						{"cluster_header", s.RoutingHeader},
+						// Explicit because Envoy's documentation (404) and the
+						// enum default (503) disagree; a steer to a server that
+						// just went away is a transient unavailability.
+						{"cluster_not_found_response_code", "SERVICE_UNAVAILABLE"},
+					})},
+				},
+				object{
+					{"name", "balanced"},
+					{"match", object{{"prefix", "/"}}},
+					{"route", longLivedRoute(object{{"cluster", s.AllServersCluster}})},
+				},
+			}},
+		}}},
+	}
+}
+
+// longLivedRoute disables the route timeout and the stream idle timeout:
+// watches last up to an hour and may be silent throughout, and exec or
+// port-forward sessions idle for as long as the user likes. Dead peers are
+// detected by TCP and HTTP/2 keepalives instead.
+func longLivedRoute(action object) object {
+	return append(action, field{"timeout", "0s"}, field{"idle_timeout", "0s"})
+}
+
+func (s *Spec) cluster(name, lbPolicy string, servers []Server) object {
+	discovery := "STRICT_DNS"
+	if allIPs(servers) {
+		discovery = "STATIC"
+	}
+	endpoints := make(list, 0, len(servers))
+	for _, srv := range servers {
+		endpoints = append(endpoints, object{{"endpoint", object{{"address", socketAddress(srv.Address, srv.Port)}}}})
+	}
+	return object{
+		{"name", name},
+		{"type", discovery},
+		{"connect_timeout", "5s"},
+		{"lb_policy", lbPolicy},
+		{"load_assignment", object{
+			{"cluster_name", name},
+			{"endpoints", list{object{{"lb_endpoints", endpoints}}}},
+		}},
+		// Envoy's default of 1024 concurrent requests would cap the number of
+		// open watches; the API servers' own priority and fairness does the
+		// admission control.
+		{"circuit_breakers", object{{"thresholds", list{object{
+			{"max_connections", uint32(unlimitedCircuitBreaking)},
+			{"max_pending_requests", uint32(unlimitedCircuitBreaking)},
+			{"max_requests", uint32(unlimitedCircuitBreaking)},
+		}}}}},
+		{"typed_extension_protocol_options", object{{httpProtocolOptionsKey, object{
+			{"@type", httpProtocolOptionsURL},
+			// Same protocol as the client: HTTP/2 for API calls, HTTP/1.1 for
+			// WebSocket and SPDY upgrades, which kube-apiserver serves over
+			// HTTP/1.1 only. Envoy offers the matching ALPN per connection.
+			{"use_downstream_protocol_config", object{
+				{"http_protocol_options", object{}},
+				{"http2_protocol_options", object{
+					{"connection_keepalive", object{{"interval", "30s"}, {"timeout", "15s"}}},
+				}},
+			}},
+		}}}},
+		{"upstream_connection_options", object{{"tcp_keepalive", object{
+			{"keepalive_probes", uint32(3)},
+			{"keepalive_time", uint32(30)},
+			{"keepalive_interval", uint32(10)},
+		}}}},
+		{"transport_socket", object{
+			{"name", "envoy.transport_sockets.tls"},
+			{"typed_config", s.upstreamTLS()},
+		}},
+		{"health_checks", list{object{
+			{"timeout", "2s"},
+			{"interval", "3s"},
+			// Per-server clusters see traffic only when the plugin steers;
+			// they must still notice a server going away promptly.
+			{"no_traffic_interval", "3s"},
+			{"unhealthy_threshold", uint32(2)},
+			{"healthy_threshold", uint32(2)},
+			{"http_health_check", object{
+				{"host", APIServerSNI},
+				{"path", "/readyz"},
+			}},
+		}}},
+		// Eject on connection failures and gateway errors only: API server
+		// 5xx answers are often about one resource, not the server.
+		{"outlier_detection", object{
+			{"enforcing_consecutive_5xx", uint32(0)},
+			{"consecutive_gateway_failure", uint32(3)},
+			{"enforcing_consecutive_gateway_failure", uint32(100)},
+			{"enforcing_success_rate", uint32(0)},
+			{"interval", "5s"},
+			{"base_ejection_time", "15s"},
+			{"max_ejection_percent", uint32(50)},
+		}},
+	}
+}
+
+func (s *Spec) upstreamTLS() object {
+	common := object{
+		{"tls_params", object{{"tls_minimum_protocol_version", "TLSv1_2"}}},
+	}
+	if s.IdentityMode == IdentityFrontProxy {
+		common = append(common, field{"tls_certificates", list{certificate(s.FrontProxyCertPath, s.FrontProxyKeyPath)}})
+	}
+	common = append(common, field{"validation_context", object{
+		{"trusted_ca", object{{"filename", s.ClusterCAPath}}},
+		{"match_typed_subject_alt_names", list{object{
+			{"san_type", "DNS"},
+			{"matcher", object{{"exact", APIServerSNI}}},
+		}}},
+	}})
+	return object{
+		{"@type", upstreamTLSTypeURL},
+		{"sni", APIServerSNI},
+		{"common_tls_context", common},
+	}
+}

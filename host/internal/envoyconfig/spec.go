@@ -1,0 +1,403 @@
+// Package envoyconfig renders the Envoy configuration that runs skewgate's
+// proxy-wasm plugin in front of a set of kube-apiservers: a static bootstrap
+// with the plugin inline (Render), a bootstrap that receives the plugin through
+// file-based ECDS (RenderECDS), and the ECDS resource file a controller rewrites
+// to push new plugin configuration (RenderECDSResource, WriteECDSFile).
+//
+// Output is deterministic: the same Spec always yields the same bytes, so a
+// rendered file can be checked in and compared.
+package envoyconfig
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"path"
+	"slices"
+	"strings"
+)
+
+// Names shared by every rendered document.
+const (
+	// FilterName names the HTTP filter, the Wasm plugin, its VM and root
+	// context, and the ECDS resource (which must equal the filter name).
+	FilterName = "skewgate"
+	// DefaultRoutingHeader is the plugin's default steering header.
+	DefaultRoutingHeader = "x-skewgate-upstream"
+	// DefaultAllServersCluster balances over every API server; requests the
+	// plugin does not steer go there.
+	DefaultAllServersCluster = "apiserver-all"
+	// APIServerSNI is the name every kube-apiserver serving certificate carries
+	// (the in-cluster service name), so one SNI and one SAN check fit all.
+	APIServerSNI = "kubernetes.default.svc"
+
+	defaultNodeID     = "skewgate"
+	defaultAdminPort  = 9901
+	defaultListenAddr = "0.0.0.0"
+	defaultListenPort = 6443
+
+	// Headers the plugin refuses as routing header because it strips or sets
+	// them for other reasons.
+	peerProxiedHeader   = "x-kubernetes-peer-proxied"
+	remoteHeadersPrefix = "x-remote-"
+)
+
+// IdentityMode says how client identity reaches the API servers; it must equal
+// the plugin configuration's identityMode.
+type IdentityMode string
+
+const (
+	// IdentityPassthrough forwards client credentials (bearer tokens) untouched;
+	// Envoy presents no client certificate upstream.
+	IdentityPassthrough IdentityMode = "passthrough"
+	// IdentityFrontProxy has the plugin assert the identity of a client
+	// certificate Envoy verified, as X-Remote-* headers that the API servers
+	// trust because Envoy presents the front-proxy client certificate.
+	IdentityFrontProxy IdentityMode = "front-proxy"
+)
+
+// Server is one kube-apiserver and the Envoy cluster that reaches only it.
+type Server struct {
+	// Cluster is the Envoy cluster name, the value the plugin writes into the
+	// routing header (the snapshot's "cluster").
+	Cluster string
+	// Address is an IP address or a DNS name.
+	Address string
+	Port    uint32
+}
+
+// Spec describes one Envoy in front of a set of API servers. All file paths are
+// paths on the Envoy host and must be absolute.
+type Spec struct {
+	NodeID    string // default "skewgate"
+	AdminPort uint32 // admin listens on 127.0.0.1 only; default 9901
+
+	ListenAddress string // default 0.0.0.0
+	ListenPort    uint32 // default 6443
+
+	ServingCertPath string
+	ServingKeyPath  string
+	// ClientCAPath, when set, makes Envoy require and verify client
+	// certificates. Required in front-proxy mode: the asserted identity comes
+	// from the verified certificate.
+	ClientCAPath string
+
+	// ClusterCAPath verifies the API servers' serving certificates.
+	ClusterCAPath string
+	// FrontProxyCertPath and FrontProxyKeyPath are the requestheader client
+	// certificate Envoy presents upstream in front-proxy mode (and only then).
+	FrontProxyCertPath string
+	FrontProxyKeyPath  string
+
+	IdentityMode      IdentityMode
+	RoutingHeader     string // default DefaultRoutingHeader
+	AllServersCluster string // default DefaultAllServersCluster
+	Servers           []Server
+
+	// WasmPath and PluginConfig are the plugin module and its JSON
+	// configuration, used by Render. RenderECDS does not read them: with ECDS
+	// they travel in the resource file (RenderECDSResource).
+	WasmPath     string
+	PluginConfig []byte
+}
+
+// normalized returns a copy with defaults filled in and servers sorted by
+// cluster name, so equal server sets render identically, and every defect.
+func (s Spec) normalized() (Spec, error) {
+	if s.NodeID == "" {
+		s.NodeID = defaultNodeID
+	}
+	if s.AdminPort == 0 {
+		s.AdminPort = defaultAdminPort
+	}
+	if s.ListenAddress == "" {
+		s.ListenAddress = defaultListenAddr
+	}
+	if s.ListenPort == 0 {
+		s.ListenPort = defaultListenPort
+	}
+	if s.RoutingHeader == "" {
+		s.RoutingHeader = DefaultRoutingHeader
+	}
+	if s.AllServersCluster == "" {
+		s.AllServersCluster = DefaultAllServersCluster
+	}
+	s.Servers = slices.Clone(s.Servers)
+	slices.SortFunc(s.Servers, func(a, b Server) int { return strings.Compare(a.Cluster, b.Cluster) })
+	return s, s.validate()
+}
+
+func (s *Spec) validate() error {
+	var errs []error
+	if err := checkToken(s.NodeID); err != nil {
+		errs = append(errs, fmt.Errorf("node ID: %w", err))
+	}
+	if err := checkPort(s.AdminPort); err != nil {
+		errs = append(errs, fmt.Errorf("admin port: %w", err))
+	}
+	if _, err := netip.ParseAddr(s.ListenAddress); err != nil {
+		errs = append(errs, fmt.Errorf("listen address: must be an IP address: %w", err))
+	}
+	if err := checkPort(s.ListenPort); err != nil {
+		errs = append(errs, fmt.Errorf("listen port: %w", err))
+	}
+	if s.ListenPort == s.AdminPort {
+		errs = append(errs, fmt.Errorf("listen port and admin port are both %d", s.ListenPort))
+	}
+	for _, f := range []struct{ name, path string }{
+		{"serving certificate", s.ServingCertPath},
+		{"serving key", s.ServingKeyPath},
+		{"cluster CA", s.ClusterCAPath},
+	} {
+		if err := checkPath(f.path); err != nil {
+			errs = append(errs, fmt.Errorf("%s path: %w", f.name, err))
+		}
+	}
+	if s.ClientCAPath != "" {
+		if err := checkPath(s.ClientCAPath); err != nil {
+			errs = append(errs, fmt.Errorf("client CA path: %w", err))
+		}
+	}
+	switch s.IdentityMode {
+	case IdentityFrontProxy:
+		if s.ClientCAPath == "" {
+			errs = append(errs, errors.New("front-proxy identity mode needs a client CA: the asserted identity comes from a verified client certificate"))
+		}
+		for _, f := range []struct{ name, path string }{
+			{"front-proxy certificate", s.FrontProxyCertPath},
+			{"front-proxy key", s.FrontProxyKeyPath},
+		} {
+			if err := checkPath(f.path); err != nil {
+				errs = append(errs, fmt.Errorf("%s path: %w", f.name, err))
+			}
+		}
+	case IdentityPassthrough:
+		// The API servers trust X-Remote-* headers on a connection that carries
+		// the front-proxy certificate; without the plugin asserting identity,
+		// presenting it would let clients choose their identity.
+		if s.FrontProxyCertPath != "" || s.FrontProxyKeyPath != "" {
+			errs = append(errs, errors.New("passthrough identity mode must not present a front-proxy client certificate"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("identity mode: must be %q or %q, got %q", IdentityPassthrough, IdentityFrontProxy, s.IdentityMode))
+	}
+	if err := checkRoutingHeader(s.RoutingHeader); err != nil {
+		errs = append(errs, fmt.Errorf("routing header: %w", err))
+	}
+	if err := checkClusterName(s.AllServersCluster); err != nil {
+		errs = append(errs, fmt.Errorf("all-servers cluster: %w", err))
+	}
+	if len(s.Servers) == 0 {
+		errs = append(errs, errors.New("servers: need at least one API server"))
+	}
+	seen := map[string]bool{s.AllServersCluster: true}
+	for i, srv := range s.Servers {
+		if err := checkClusterName(srv.Cluster); err != nil {
+			errs = append(errs, fmt.Errorf("servers[%d]: cluster: %w", i, err))
+		} else if seen[srv.Cluster] {
+			errs = append(errs, fmt.Errorf("servers[%d]: cluster %q is used twice", i, srv.Cluster))
+		}
+		seen[srv.Cluster] = true
+		if err := checkAddress(srv.Address); err != nil {
+			errs = append(errs, fmt.Errorf("servers[%d] (%s): address: %w", i, srv.Cluster, err))
+		}
+		if err := checkPort(srv.Port); err != nil {
+			errs = append(errs, fmt.Errorf("servers[%d] (%s): port: %w", i, srv.Cluster, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("envoyconfig: invalid spec: %w", err)
+	}
+	return nil
+}
+
+// CheckPluginConfig reports whether a plugin configuration fits this Spec: a
+// JSON object with only the plugin's fields, the routing header the route
+// matches, the same identity mode, and a snapshot whose clusters all exist.
+// Render calls it; a controller calls it before RenderECDSResource, because a
+// mismatch fails requests at runtime rather than at load time.
+func (s Spec) CheckPluginConfig(pluginConfigJSON []byte) error {
+	n, err := s.normalized()
+	if err != nil {
+		return err
+	}
+	return n.checkPluginConfig(pluginConfigJSON)
+}
+
+func (s *Spec) checkPluginConfig(raw []byte) error {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return fmt.Errorf("envoyconfig: plugin configuration: must be a JSON object: %w", err)
+	}
+	if top == nil {
+		return errors.New("envoyconfig: plugin configuration: must be a JSON object, got null")
+	}
+	for _, key := range slices.Sorted(maps.Keys(top)) {
+		switch key {
+		case "routingHeader", "retryAfterSeconds", "trustPeerProxiedHeader", "identityMode", "snapshot":
+		default:
+			return fmt.Errorf("envoyconfig: plugin configuration: unknown field %q", key)
+		}
+	}
+	header := DefaultRoutingHeader
+	if v, ok := top["routingHeader"]; ok {
+		if err := json.Unmarshal(v, &header); err != nil {
+			return fmt.Errorf("envoyconfig: plugin configuration: routingHeader: %w", err)
+		}
+	}
+	if header != s.RoutingHeader {
+		return fmt.Errorf("envoyconfig: plugin configuration: routingHeader %q differs from the routed header %q", header, s.RoutingHeader)
+	}
+	mode := IdentityPassthrough // the plugin's default
+	if v, ok := top["identityMode"]; ok {
+		if err := json.Unmarshal(v, &mode); err != nil {
+			return fmt.Errorf("envoyconfig: plugin configuration: identityMode: %w", err)
+		}
+	}
+	if mode != s.IdentityMode {
+		return fmt.Errorf("envoyconfig: plugin configuration: identityMode %q differs from the spec's %q", mode, s.IdentityMode)
+	}
+	var snapshot struct {
+		Servers []struct {
+			Cluster string `json:"cluster"`
+		} `json:"servers"`
+	}
+	rawSnapshot, ok := top["snapshot"]
+	if !ok {
+		return errors.New("envoyconfig: plugin configuration: snapshot: missing")
+	}
+	if err := json.Unmarshal(rawSnapshot, &snapshot); err != nil {
+		return fmt.Errorf("envoyconfig: plugin configuration: snapshot: %w", err)
+	}
+	if len(snapshot.Servers) == 0 {
+		return errors.New("envoyconfig: plugin configuration: snapshot: servers: need at least one server")
+	}
+	for i, srv := range snapshot.Servers {
+		if !slices.ContainsFunc(s.Servers, func(c Server) bool { return c.Cluster == srv.Cluster }) {
+			return fmt.Errorf("envoyconfig: plugin configuration: snapshot: servers[%d]: cluster %q is not one of the rendered per-server clusters", i, srv.Cluster)
+		}
+	}
+	return nil
+}
+
+// compactJSON strips insignificant whitespace so the embedded configuration is
+// byte-stable and as small as possible.
+func compactJSON(raw []byte) (string, error) {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return "", fmt.Errorf("envoyconfig: plugin configuration: %w", err)
+	}
+	return b.String(), nil
+}
+
+func checkPort(p uint32) error {
+	if p == 0 || p > 65535 {
+		return fmt.Errorf("%d is not a TCP port", p)
+	}
+	return nil
+}
+
+func checkPath(p string) error {
+	if p == "" {
+		return errors.New("missing")
+	}
+	if !path.IsAbs(p) || path.Clean(p) != p {
+		return fmt.Errorf("%q must be a clean absolute path", p)
+	}
+	if strings.ContainsFunc(p, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return fmt.Errorf("%q contains control characters", p)
+	}
+	return nil
+}
+
+// checkToken accepts the printable, space-free ASCII the plugin accepts in
+// snapshot tokens.
+func checkToken(v string) error {
+	if v == "" {
+		return errors.New("must not be empty")
+	}
+	if len(v) > 253 {
+		return errors.New("longer than 253 characters")
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c <= ' ' || c >= 0x7f {
+			return fmt.Errorf("%q: character %q is not allowed", v, c)
+		}
+	}
+	return nil
+}
+
+// checkClusterName keeps cluster names to characters that are safe in a header
+// value, a stats name and a YAML plain scalar.
+func checkClusterName(name string) error {
+	if name == "" {
+		return errors.New("must not be empty")
+	}
+	if len(name) > 253 {
+		return errors.New("longer than 253 characters")
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case (c == '-' || c == '.' || c == '_') && i > 0:
+		default:
+			return fmt.Errorf("%q: only lower-case letters, digits and inner '-', '.', '_' are allowed", name)
+		}
+	}
+	return nil
+}
+
+// checkRoutingHeader mirrors the plugin: a lower-case RFC 9110 token that the
+// plugin does not strip or set for another purpose.
+func checkRoutingHeader(name string) error {
+	if name == peerProxiedHeader || strings.HasPrefix(name, remoteHeadersPrefix) {
+		return fmt.Errorf("%q is reserved by the plugin", name)
+	}
+	if name == "" {
+		return errors.New("must not be empty")
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return fmt.Errorf("%q is not a lower-case HTTP header name", name)
+		}
+	}
+	return nil
+}
+
+// checkAddress accepts an IP address or a DNS name.
+func checkAddress(addr string) error {
+	if _, err := netip.ParseAddr(addr); err == nil {
+		return nil
+	}
+	if addr == "" || len(addr) > 253 {
+		return fmt.Errorf("%q is neither an IP address nor a DNS name", addr)
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(addr, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return fmt.Errorf("%q is neither an IP address nor a DNS name", addr)
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return fmt.Errorf("%q is neither an IP address nor a DNS name", addr)
+			}
+		}
+	}
+	return nil
+}
+
+// allIPs reports whether every server address is an IP literal, which lets the
+// clusters be STATIC instead of resolving DNS.
+func allIPs(servers []Server) bool {
+	for _, s := range servers {
+		if _, err := netip.ParseAddr(s.Address); err != nil {
+			return false
+		}
+	}
+	return true
+}
