@@ -1,0 +1,58 @@
+package wasmhost
+
+import (
+	"context"
+	"testing"
+)
+
+// benchOptions configure the guest for its simple path only: one header read, one header replace and one counter
+// increment per request, the workload of the reference figures.
+func benchOptions(b *testing.B) Options {
+	opts := guestOptions(b, nil)
+	opts.Instances = 1
+	opts.PluginConfiguration = []byte("cluster=blue;simple-only=1")
+	return opts
+}
+
+// BenchmarkHandleRequestHeaders measures a full stream (create, request headers, log, done, delete) on the
+// guest's simple path.
+func BenchmarkHandleRequestHeaders(b *testing.B) {
+	opts := benchOptions(b)
+	h := newHost(b, guestWasm(b), opts)
+	req := &Request{
+		Headers:     [][2]string{{":method", "GET"}, {":path", "/api/v1/pods"}, {":authority", "kube"}, {"x-tenant", "acme"}},
+		EndOfStream: true,
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if out := h.HandleRequestHeaders(ctx, req); out.Failed != nil || out.Verdict != Forward {
+			b.Fatalf("unexpected outcome %+v", out)
+		}
+	}
+}
+
+// BenchmarkRequestHeadersCallback measures proxy_on_request_headers alone on a live stream context, the figure
+// comparable to a host's per-call cost.
+func BenchmarkRequestHeadersCallback(b *testing.B) {
+	opts := benchOptions(b)
+	h := newHost(b, guestWasm(b), opts)
+	s := h.slots[0]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inst := s.inst
+	req := &Request{Headers: [][2]string{{":method", "GET"}, {":path", "/api/v1/pods"}, {":authority", "kube"}, {"x-tenant", "acme"}}}
+	inst.stream.begin(inst.newContextID(), inst.root, req)
+	sctx := guestContext{id: inst.stream.id, root: inst.root, stream: &inst.stream}
+	if _, err := inst.call2(inst.fns.onContextCreate, sctx, sctx.id, inst.root.id); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		inst.stack[0], inst.stack[1], inst.stack[2] = uint64(sctx.id), uint64(len(inst.stream.headers)), 1
+		inst.stream.inRequestHeaders = true
+		if action, err := inst.invoke(inst.fns.onRequestHeaders, sctx); err != nil || action != actionContinue {
+			b.Fatalf("action %d, error %v", action, err)
+		}
+	}
+}

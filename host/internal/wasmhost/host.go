@@ -1,0 +1,515 @@
+// Package wasmhost runs a proxy-wasm HTTP filter plugin the way Envoy's Wasm host (proxy-wasm-cpp-host) does, on
+// wazero: it links exactly the host functions the selected Envoy release provides to the module's ABI, emulates
+// cpp-host's WASI return codes and restricted start-up phases, and follows Envoy's callback order, so that a
+// plugin behaves in skewgate's gateway as it does in Envoy.
+//
+// A Host compiles the module once and keeps a pool of VM instances (Envoy: one per worker). A request takes an
+// instance, runs a whole stream (create, request headers, log, done, delete) and returns it. A trapped instance
+// is replaced in the background with exponential backoff; configuration changes start a new root context on every
+// instance and commit only if all accept.
+package wasmhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+
+	"github.com/skewgate/skewgate/host/envoyabi"
+)
+
+// maxMemoryPages caps guest memory at 1 GiB, cpp-host's PROXY_WASM_HOST_MAX_WASM_MEMORY_SIZE_BYTES.
+const maxMemoryPages = 1 << 14
+
+// Errors reported in Outcome.Failed besides guest traps.
+var (
+	ErrClosed     = errors.New("wasm host is closed")
+	ErrNoInstance = errors.New("no Wasm VM instance became available in time")
+)
+
+// Host runs one plugin module.
+type Host struct {
+	opts     Options
+	logger   *slog.Logger
+	abi      string
+	epoch    time.Time
+	runtime  wazero.Runtime
+	cache    wazero.CompilationCache
+	compiled wazero.CompiledModule
+
+	moduleConfig       wazero.ModuleConfig
+	exports            resolvedExports
+	imports            []envoyabi.Import
+	startVMRestriction *restriction
+	mallocRestriction  *restriction
+
+	shared  *SharedData
+	queues  *sharedQueues
+	metrics *metricRegistry
+
+	counters           hostCounters
+	lastConfiguredSlot atomic.Int32
+
+	slots []*slot
+	pool  chan *slot
+
+	// mu serialises Configure and instance recreation and guards configuration.
+	mu            sync.Mutex
+	configuration []byte
+
+	// background guards starting goroutines against Close.
+	background sync.Mutex
+	closed     atomic.Bool
+	wg         sync.WaitGroup
+	done       chan struct{}
+	wake       chan struct{}
+}
+
+// slot is a position in the pool. Its mutex is held by whichever goroutine uses the slot's instance.
+type slot struct {
+	index int
+	mu    sync.Mutex
+	inst  *instance
+	// inPool is true while the slot waits in Host.pool, so that it is never queued twice.
+	inPool bool
+	// current mirrors inst for the watchdog, which must not take mu.
+	current atomic.Pointer[instance]
+	// crashes counts consecutive crashes of short-lived instances (guarded by Host.mu).
+	crashes int
+}
+
+// New compiles wasm, links the Envoy import set for its ABI, and starts opts.Instances VM instances configured with
+// opts.PluginConfiguration.
+func New(ctx context.Context, wasm []byte, opts Options) (*Host, error) {
+	opts = opts.withDefaults()
+	h := &Host{
+		opts:          opts,
+		logger:        opts.Logger,
+		epoch:         time.Now(),
+		shared:        opts.SharedData,
+		queues:        newSharedQueues(),
+		metrics:       newMetricRegistry(opts.Instances),
+		configuration: opts.PluginConfiguration,
+		done:          make(chan struct{}),
+		wake:          make(chan struct{}, 1),
+		moduleConfig:  wazero.NewModuleConfig().WithName("").WithStartFunctions(),
+	}
+	rc := wazero.NewRuntimeConfig().
+		WithMemoryLimitPages(maxMemoryPages).
+		WithCloseOnContextDone(opts.CallTimeout > 0)
+	if opts.CompilationCacheDir != "" {
+		cache, err := wazero.NewCompilationCacheWithDir(opts.CompilationCacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("compilation cache: %w", err)
+		}
+		h.cache = cache
+		rc = rc.WithCompilationCache(cache)
+	}
+	h.runtime = wazero.NewRuntimeWithConfig(ctx, rc)
+	if err := h.load(ctx, wasm); err != nil {
+		h.release(ctx)
+		return nil, err
+	}
+	h.slots = make([]*slot, opts.Instances)
+	h.pool = make(chan *slot, opts.Instances)
+	for i := range h.slots {
+		s := &slot{index: i}
+		inst, err := h.newInstance(s, h.configuration)
+		if err != nil {
+			h.release(ctx)
+			return nil, fmt.Errorf("start Wasm VM instance %d: %w", i, err)
+		}
+		s.inst, s.inPool = inst, true
+		s.current.Store(inst)
+		h.slots[i] = s
+		h.pool <- s
+	}
+	h.counters.liveInstances.Store(int64(opts.Instances))
+	h.goBackground(h.runScheduler)
+	if opts.CallTimeout > 0 {
+		h.goBackground(h.runWatchdog)
+	}
+	return h, nil
+}
+
+// load compiles the module, checks its ABI, imports and exports as cpp-host does, and links the host functions.
+func (h *Host) load(ctx context.Context, wasm []byte) error {
+	compiled, err := h.runtime.CompileModule(ctx, wasm)
+	if err != nil {
+		return fmt.Errorf("Failed to load Wasm code: %w", err)
+	}
+	h.compiled = compiled
+	exported := compiled.ExportedFunctions()
+	var ok bool
+	if h.abi, ok = envoyabi.DeclaredABI(exported); !ok {
+		return envoyabi.ErrUnknownABI
+	}
+	if _, ok := compiled.ExportedMemories()[memoryExport]; !ok {
+		return errors.New("Wasm module does not export its memory")
+	}
+	if len(compiled.ImportedMemories()) > 0 {
+		return errors.New("Wasm modules importing memory are not supported")
+	}
+	if err := envoyabi.CheckImports(h.opts.Envoy, h.abi, compiled.ImportedFunctions()); err != nil {
+		return err
+	}
+	if h.exports, err = resolveExports(h.abi, exported); err != nil {
+		return err
+	}
+	h.imports = envoyabi.ProvidedBy(h.opts.Envoy, h.abi)
+	return h.link(ctx)
+}
+
+// release frees the runtime and the compilation cache.
+func (h *Host) release(ctx context.Context) {
+	_ = h.runtime.Close(ctx)
+	if h.cache != nil {
+		_ = h.cache.Close(ctx)
+	}
+}
+
+// Close stops background work and frees every instance. Requests still running fail.
+func (h *Host) Close(ctx context.Context) error {
+	h.background.Lock()
+	if h.closed.Swap(true) {
+		h.background.Unlock()
+		return nil
+	}
+	close(h.done)
+	h.background.Unlock()
+	h.wg.Wait()
+	h.release(ctx)
+	return nil
+}
+
+// goBackground starts fn unless the host is closing.
+func (h *Host) goBackground(fn func()) {
+	h.background.Lock()
+	defer h.background.Unlock()
+	if h.closed.Load() {
+		return
+	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		fn()
+	}()
+}
+
+// clock is a monotonic nanosecond clock, never 0.
+func (h *Host) clock() int64 { return int64(time.Since(h.epoch)) + 1 }
+
+// ABI is the Proxy-Wasm ABI version the module declares.
+func (h *Host) ABI() string { return h.abi }
+
+// HandleRequestHeaders runs one request through the plugin: it takes an instance from the pool, runs
+// proxy_on_context_create, proxy_on_request_headers, proxy_on_log, proxy_on_done and proxy_on_delete, and returns
+// what the gateway must do. It never panics on guest misbehaviour; see Outcome.Failed.
+func (h *Host) HandleRequestHeaders(ctx context.Context, req *Request) Outcome {
+	var out Outcome
+	s, err := h.acquire(ctx)
+	if err != nil {
+		h.applyFailurePolicy(req, &out, err)
+		return out
+	}
+	s.inst.handle(req, &out)
+	h.putBack(s)
+	return out
+}
+
+// applyFailurePolicy answers a request the plugin could not process.
+func (h *Host) applyFailurePolicy(req *Request, out *Outcome, err error) {
+	h.counters.failedRequests.Add(1)
+	*out = Outcome{Failed: err}
+	if h.opts.FailurePolicy == FailOpen {
+		out.Verdict = Forward
+		out.Headers = req.Headers
+		return
+	}
+	out.Verdict = Respond
+	out.Response = failStreamResponse()
+}
+
+// acquire takes an idle slot with a healthy instance and locks it.
+func (h *Host) acquire(ctx context.Context) (*slot, error) {
+	for {
+		if h.closed.Load() {
+			return nil, ErrClosed
+		}
+		var s *slot
+		select {
+		case s = <-h.pool:
+		default:
+			var err error
+			if s, err = h.waitForSlot(ctx); err != nil {
+				return nil, err
+			}
+		}
+		s.mu.Lock()
+		s.inPool = false
+		if s.inst.failed == nil {
+			return s, nil
+		}
+		// The instance failed in a background callback while idle; its recreation queues the slot again.
+		s.mu.Unlock()
+	}
+}
+
+func (h *Host) waitForSlot(ctx context.Context) (*slot, error) {
+	start := time.Now()
+	timer := time.NewTimer(h.opts.PoolTimeout)
+	defer func() {
+		timer.Stop()
+		h.counters.poolWaits.Add(1)
+		h.counters.poolWaitNanos.Add(uint64(time.Since(start)))
+	}()
+	select {
+	case s := <-h.pool:
+		return s, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-timer.C:
+		h.counters.poolTimeouts.Add(1)
+		return nil, ErrNoInstance
+	case <-h.done:
+		return nil, ErrClosed
+	}
+}
+
+// putBack unlocks a slot taken with acquire and returns it to the pool unless its instance failed.
+func (h *Host) putBack(s *slot) {
+	healthy := s.inst.failed == nil
+	if healthy {
+		s.inPool = true
+	}
+	s.mu.Unlock()
+	if healthy {
+		h.pool <- s
+	}
+}
+
+// Configure applies a new plugin configuration as Envoy does on a configuration change: every instance creates a
+// new root context (proxy_on_context_create, proxy_on_vm_start, proxy_on_configure). Only if every instance accepts
+// are the new roots committed and the previous ones shut down (proxy_on_done, proxy_on_delete); otherwise the new
+// roots are discarded, all instances keep the previous configuration and a *ConfigError says which instance
+// refused and why. Streams already running finish with the root they started with.
+func (h *Host) Configure(ctx context.Context, configuration []byte) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed.Load() {
+		return ErrClosed
+	}
+	configuration = append([]byte(nil), configuration...)
+	var staged []stagedRoot
+	for _, s := range h.slots {
+		if err := ctx.Err(); err != nil {
+			h.discard(staged)
+			return err
+		}
+		s.mu.Lock()
+		inst := s.inst
+		if inst.failed != nil {
+			// Being recreated: the new instance starts with h.configuration once this call returns.
+			s.mu.Unlock()
+			continue
+		}
+		root, err := inst.startRoot(configuration)
+		s.mu.Unlock()
+		if err != nil {
+			h.discard(staged)
+			h.counters.configRejections.Add(1)
+			h.logger.Warn("plugin configuration rejected", "plugin", h.opts.PluginName, "error", err)
+			return err
+		}
+		staged = append(staged, stagedRoot{s, inst, root})
+	}
+	for _, st := range staged {
+		st.slot.mu.Lock()
+		if st.slot.inst == st.inst && st.inst.failed == nil {
+			st.inst.commit(st.root)
+		}
+		st.slot.mu.Unlock()
+	}
+	h.configuration = configuration
+	h.counters.configurationApplied.Add(1)
+	return nil
+}
+
+// stagedRoot is a root context started by Configure and not yet committed.
+type stagedRoot struct {
+	slot *slot
+	inst *instance
+	root *rootContext
+}
+
+// discard shuts down roots staged by a Configure call that did not commit.
+func (h *Host) discard(staged []stagedRoot) {
+	for _, st := range staged {
+		st.slot.mu.Lock()
+		if st.slot.inst == st.inst {
+			st.inst.shutdownRoot(st.root)
+		}
+		st.slot.mu.Unlock()
+	}
+}
+
+// scheduleRecreate replaces a failed instance in the background: Envoy's FAIL_RELOAD, with exponential backoff
+// for instances that crash again soon after creation.
+func (h *Host) scheduleRecreate(failed *instance) {
+	h.goBackground(func() { h.recreate(failed) })
+}
+
+func (h *Host) recreate(failed *instance) {
+	s := failed.slot
+	s.mu.Lock()
+	_ = failed.mod.Close(context.Background())
+	s.mu.Unlock()
+
+	backoff := h.opts.RestartBackoff
+	h.mu.Lock()
+	if time.Since(failed.createdAt) < backoff.StableAfter {
+		s.crashes++
+	} else {
+		s.crashes = 1
+	}
+	delay := backoff.Initial
+	for i := 1; i < s.crashes && delay < backoff.Max; i++ {
+		delay *= 2
+	}
+	delay = min(delay, backoff.Max)
+	if s.crashes > 1 {
+		h.counters.crashLoopBackoffs.Add(1)
+	}
+	h.mu.Unlock()
+
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+		case <-h.done:
+			return
+		}
+		h.mu.Lock()
+		if h.closed.Load() {
+			h.mu.Unlock()
+			return
+		}
+		inst, err := h.newInstance(s, h.configuration)
+		if err != nil {
+			h.mu.Unlock()
+			h.counters.recreationFailures.Add(1)
+			h.logger.Error("Wasm VM recreation failed", "plugin", h.opts.PluginName, "instance", s.index,
+				"retry_in", min(delay*2, backoff.Max), "error", err)
+			delay = min(delay*2, backoff.Max)
+			timer.Reset(delay)
+			continue
+		}
+		s.mu.Lock()
+		s.inst = inst
+		s.current.Store(inst)
+		queue := !s.inPool
+		s.inPool = true
+		s.mu.Unlock()
+		h.mu.Unlock()
+		h.counters.recreations.Add(1)
+		h.counters.liveInstances.Add(1)
+		h.logger.Info("Wasm VM recreated", "plugin", h.opts.PluginName, "instance", s.index)
+		if queue {
+			h.pool <- s
+		}
+		return
+	}
+}
+
+// idleSchedulerWait is how long the scheduler sleeps when no tick is due; set_tick_period wakes it earlier.
+const idleSchedulerWait = time.Minute
+
+// runScheduler drives proxy_on_tick for every live root context with a tick period.
+func (h *Host) runScheduler() {
+	timer := time.NewTimer(idleSchedulerWait)
+	defer timer.Stop()
+	for {
+		timer.Reset(h.runDueTicks(time.Now()))
+		select {
+		case <-h.done:
+			return
+		case <-h.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// runDueTicks ticks every root whose period elapsed and returns the time until the next tick is due.
+func (h *Host) runDueTicks(now time.Time) time.Duration {
+	wait := idleSchedulerWait
+	for _, s := range h.slots {
+		s.mu.Lock()
+		inst := s.inst
+		for _, root := range append([]*rootContext(nil), inst.roots...) {
+			if inst.failed != nil || root.staged || root.tickPeriod <= 0 {
+				continue
+			}
+			if !now.Before(root.nextTick) {
+				root.nextTick = now.Add(root.tickPeriod)
+				inst.tick(root)
+			}
+			if root.tickPeriod > 0 {
+				wait = min(wait, root.nextTick.Sub(now))
+			}
+		}
+		s.mu.Unlock()
+	}
+	return max(wait, time.Millisecond)
+}
+
+// wakeScheduler makes the scheduler recompute its next deadline.
+func (h *Host) wakeScheduler() {
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// deliverQueueReady runs proxy_on_queue_ready on the queue's owner, on a background goroutine as cpp-host posts
+// it to the owner's thread.
+func (h *Host) deliverQueueReady(owner *instance, rootID, token uint32) {
+	h.goBackground(func() {
+		s := owner.slot
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		h.queues.delivered(token)
+		if s.inst == owner && owner.failed == nil {
+			owner.queueReady(rootID, token)
+		}
+	})
+}
+
+// runWatchdog closes instances whose current callback exceeds Options.CallTimeout; the interrupted call then
+// fails like a trap and the instance is recreated.
+func (h *Host) runWatchdog() {
+	period := max(h.opts.CallTimeout/4, time.Millisecond)
+	ticker := time.NewTicker(period)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-h.done:
+			return
+		case <-ticker.C:
+		}
+		now := h.clock()
+		for _, s := range h.slots {
+			inst := s.current.Load()
+			if start := inst.callStart.Load(); start != 0 && time.Duration(now-start) > h.opts.CallTimeout {
+				h.logger.Error("Wasm VM callback exceeded the call timeout", "plugin", h.opts.PluginName,
+					"instance", s.index, "timeout", h.opts.CallTimeout)
+				_ = inst.mod.CloseWithExitCode(context.Background(), 1)
+			}
+		}
+	}
+}

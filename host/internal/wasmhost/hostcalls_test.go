@@ -1,0 +1,688 @@
+package wasmhost
+
+import (
+	"encoding/binary"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skewgate/skewgate/host/envoyabi"
+)
+
+// probe drives host functions directly through a probe module's trampolines while the test holds the only
+// instance, so each call runs in a context the test sets up (a stream's request-headers callback, a root...).
+type probe struct {
+	t    testing.TB
+	host *Host
+	inst *instance
+	logs *logRecorder
+}
+
+// Fixed probe memory locations for out-parameters and inputs.
+const (
+	outPtr   = 0x10 // u32 pointer slot
+	outSize  = 0x14 // u32 size slot
+	outValue = 0x18 // u64 slot
+	inBase   = 0x100
+	badPtr   = math.MaxUint32 - 3
+)
+
+func newProbe(t testing.TB, envoy envoyabi.Version, configure func(*Options)) *probe {
+	t.Helper()
+	return newProbeABI(t, envoy, envoyabi.ABI021, configure)
+}
+
+// newProbeABI builds a probe declaring abi that imports everything Envoy provides to that ABI.
+func newProbeABI(t testing.TB, envoy envoyabi.Version, abi string, configure func(*Options)) *probe {
+	t.Helper()
+	logs := &logRecorder{}
+	opts := Options{
+		Envoy:               envoy,
+		Instances:           1,
+		PluginName:          "probe-plugin",
+		RootID:              "probe-root",
+		VMID:                "probe-vm",
+		VMConfiguration:     []byte("vm-config"),
+		PluginConfiguration: []byte("plugin-config"),
+		Environment:         [][2]string{{"A", "1"}, {"LONGER", "value"}},
+		Logger:              slog.New(logs),
+	}
+	if configure != nil {
+		configure(&opts)
+	}
+	wasm := probeSpec{abi: abi, imports: envoyabi.ProvidedBy(envoy, abi)}.build()
+	h := newHost(t, wasm, opts)
+	s := h.slots[0]
+	s.mu.Lock()
+	t.Cleanup(s.mu.Unlock)
+	return &probe{t: t, host: h, inst: s.inst, logs: logs}
+}
+
+// beginStream makes the instance look like it is inside proxy_on_request_headers of a new stream.
+func (p *probe) beginStream(headers [][2]string, props Properties) *stream {
+	inst := p.inst
+	inst.stream.begin(inst.newContextID(), inst.root, &Request{Headers: headers, Properties: props})
+	inst.stream.inRequestHeaders = true
+	inst.effective = guestContext{id: inst.stream.id, root: inst.root, stream: &inst.stream}
+	return &inst.stream
+}
+
+func (p *probe) useRoot() {
+	p.inst.effective = guestContext{id: p.inst.root.id, root: p.inst.root}
+}
+
+func (p *probe) callErr(qualifiedName string, args ...uint64) (uint64, error) {
+	fn := p.inst.mod.ExportedFunction("call:" + qualifiedName)
+	if fn == nil {
+		p.t.Fatalf("probe does not import %s", qualifiedName)
+	}
+	res, err := fn.Call(p.inst.callCtx, args...)
+	if err != nil || len(res) == 0 {
+		return 0, err
+	}
+	return res[0], nil
+}
+
+func (p *probe) call(qualifiedName string, args ...uint64) uint64 {
+	p.t.Helper()
+	res, err := p.callErr(qualifiedName, args...)
+	if err != nil {
+		p.t.Fatalf("%s trapped: %v", qualifiedName, err)
+	}
+	return res
+}
+
+func (p *probe) env(name string, args ...uint64) status {
+	p.t.Helper()
+	return status(p.call("env."+name, args...))
+}
+
+// put writes data at inBase+offset and returns its pointer and length as call arguments.
+func (p *probe) put(offset uint32, data string) (uint64, uint64) {
+	p.t.Helper()
+	if !p.inst.mem.WriteString(inBase+offset, data) {
+		p.t.Fatal("write outside probe memory")
+	}
+	return uint64(inBase + offset), uint64(len(data))
+}
+
+func (p *probe) u32At(ptr uint32) uint32 {
+	v, _ := p.inst.mem.ReadUint32Le(ptr)
+	return v
+}
+
+func (p *probe) u64At(ptr uint32) uint64 {
+	v, _ := p.inst.mem.ReadUint64Le(ptr)
+	return v
+}
+
+// returned reads a buffer handed back through the outPtr/outSize slots.
+func (p *probe) returned() string {
+	data, ok := p.inst.mem.Read(p.u32At(outPtr), p.u32At(outSize))
+	if !ok {
+		p.t.Fatal("returned buffer outside memory")
+	}
+	return string(data)
+}
+
+func expectStatus(t testing.TB, what string, got, want status) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("%s: status %d, want %d", what, got, want)
+	}
+}
+
+func TestEveryEnvoyImportLinksAndWASIIsImplemented(t *testing.T) {
+	for _, envoy := range []envoyabi.Version{envoyabi.Envoy133, envoyabi.Envoy139} {
+		for _, abi := range []string{envoyabi.ABI010, envoyabi.ABI020, envoyabi.ABI021} {
+			t.Run(envoy.String()+"/"+abi, func(t *testing.T) {
+				wasm := probeSpec{abi: abi, imports: envoyabi.ProvidedBy(envoy, abi)}.build()
+				h := newHost(t, wasm, Options{Envoy: envoy, Instances: 1, Logger: slog.New(slog.DiscardHandler)})
+				if h.ABI() != abi {
+					t.Fatalf("ABI = %s", h.ABI())
+				}
+				if len(h.imports) != len(envoyabi.ProvidedBy(envoy, abi)) {
+					t.Fatalf("linked %d imports", len(h.imports))
+				}
+			})
+		}
+	}
+}
+
+func TestUnimplementedProxyFunctionsReturnUnimplemented(t *testing.T) {
+	p := newProbe(t, envoyabi.Envoy133, nil)
+	p.beginStream(nil, Properties{})
+	for _, imp := range envoyabi.ProvidedBy(envoyabi.Envoy133, envoyabi.ABI021) {
+		switch imp.Name {
+		case "proxy_http_call", "proxy_grpc_call", "proxy_grpc_stream", "proxy_grpc_send", "proxy_grpc_cancel",
+			"proxy_grpc_close", "proxy_get_status":
+			t.Run(imp.Name, func(t *testing.T) {
+				args := make([]uint64, len(imp.Params))
+				expectStatus(t, imp.Name, status(p.call(imp.QualifiedName(), args...)), statusUnimplemented)
+			})
+		}
+	}
+}
+
+func TestHeaderMapFunctionsFollowEnvoySemantics(t *testing.T) {
+	p := newProbe(t, envoyabi.Envoy133, nil)
+	s := p.beginStream([][2]string{{":path", "/x"}, {"X-Multi", "1"}, {"x-multi", "2"}, {"x-keep", "k"}}, Properties{})
+
+	k, kl := p.put(0, "X-MULTI")
+	expectStatus(t, "get first value", p.env("proxy_get_header_map_value", 0, k, kl, outPtr, outSize), statusOK)
+	if got := p.returned(); got != "1" {
+		t.Fatalf("first value = %q", got)
+	}
+	k, kl = p.put(0, "absent")
+	expectStatus(t, "get absent (ABI 0.2.x)", p.env("proxy_get_header_map_value", 0, k, kl, outPtr, outSize), statusNotFound)
+	expectStatus(t, "get from response headers", p.env("proxy_get_header_map_value", 2, k, kl, outPtr, outSize), statusBadArgument)
+	expectStatus(t, "unknown map type", p.env("proxy_get_header_map_value", 99, k, kl, outPtr, outSize), statusBadArgument)
+
+	k, kl = p.put(0, "X-New")
+	v, vl := p.put(32, "v1")
+	expectStatus(t, "add", p.env("proxy_add_header_map_value", 0, k, kl, v, vl), statusOK)
+	if !s.routeCacheCleared {
+		t.Fatal("a request-header mutation must clear the route cache")
+	}
+	bad, badLen := p.put(64, "a\r\nb")
+	expectStatus(t, "add with CRLF", p.env("proxy_add_header_map_value", 0, k, kl, bad, badLen), statusBadArgument)
+
+	k, kl = p.put(0, "x-multi")
+	v, vl = p.put(32, "only")
+	expectStatus(t, "replace", p.env("proxy_replace_header_map_value", 0, k, kl, v, vl), statusOK)
+	k, kl = p.put(0, "x-keep")
+	expectStatus(t, "remove", p.env("proxy_remove_header_map_value", 0, k, kl), statusOK)
+	k, kl = p.put(0, "never-there")
+	expectStatus(t, "remove absent", p.env("proxy_remove_header_map_value", 0, k, kl), statusOK)
+
+	want := [][2]string{{":path", "/x"}, {"x-new", "v1"}, {"x-multi", "only"}}
+	if !slices.Equal(s.headers, want) {
+		t.Fatalf("headers = %q, want %q", s.headers, want)
+	}
+	expectStatus(t, "get pairs", p.env("proxy_get_header_map_pairs", 0, outPtr, outSize), statusOK)
+	if got, _ := decodePairs([]byte(p.returned())); !slices.Equal(got, want) {
+		t.Fatalf("pairs = %q", got)
+	}
+	expectStatus(t, "get size", p.env("proxy_get_header_map_size", 0, outValue), statusOK)
+	if got := p.u32At(outValue); got != uint32(len(":path/xx-newv1x-multionly")) {
+		t.Fatalf("size = %d", got)
+	}
+
+	enc := string(appendPairs(nil, [][2]string{{"A", "1"}, {"b", "2"}}))
+	m, ml := p.put(0, enc)
+	expectStatus(t, "set pairs", p.env("proxy_set_header_map_pairs", 0, m, ml), statusOK)
+	if !slices.Equal(s.headers, [][2]string{{"a", "1"}, {"b", "2"}}) {
+		t.Fatalf("headers after set pairs = %q", s.headers)
+	}
+	tooMany := string(appendPairs(nil, make([][2]string, maxPairsCount+1)))
+	m, ml = p.put(0, tooMany)
+	expectStatus(t, "set pairs over the limit", p.env("proxy_set_header_map_pairs", 0, m, ml), statusOK)
+	if len(s.headers) != 0 {
+		t.Fatalf("an over-limit map decodes to an empty map in cpp-host; headers = %q", s.headers)
+	}
+
+	s.inRequestHeaders, s.inLog = false, true
+	k, kl = p.put(0, "a")
+	expectStatus(t, "mutation after the headers callback", p.env("proxy_add_header_map_value", 0, k, kl, k, kl), statusBadArgument)
+	expectStatus(t, "response headers in the log phase", p.env("proxy_get_header_map_value", 2, k, kl, outPtr, outSize), statusNotFound)
+	p.useRoot()
+	expectStatus(t, "headers from a root context", p.env("proxy_get_header_map_value", 0, k, kl, outPtr, outSize), statusBadArgument)
+}
+
+func TestBuffersExposeConfigurationOnlyWhenEnvoyDoes(t *testing.T) {
+	p := newProbe(t, envoyabi.Envoy133, nil)
+	p.useRoot()
+	expectStatus(t, "vm configuration", p.env("proxy_get_buffer_bytes", 6, 0, 100, outPtr, outSize), statusOK)
+	if got := p.returned(); got != "vm-config" {
+		t.Fatalf("vm configuration = %q", got)
+	}
+	expectStatus(t, "vm configuration slice", p.env("proxy_get_buffer_bytes", 6, 3, 3, outPtr, outSize), statusOK)
+	if got := p.returned(); got != "con" {
+		t.Fatalf("slice = %q", got)
+	}
+	expectStatus(t, "start past the end", p.env("proxy_get_buffer_bytes", 6, 100, 1, outPtr, outSize), statusBadArgument)
+	expectStatus(t, "plugin configuration outside on_configure", p.env("proxy_get_buffer_bytes", 7, 0, 100, outPtr, outSize), statusNotFound)
+	expectStatus(t, "request body", p.env("proxy_get_buffer_bytes", 0, 0, 100, outPtr, outSize), statusNotFound)
+
+	p.inst.configuring = p.inst.root
+	expectStatus(t, "plugin configuration during on_configure", p.env("proxy_get_buffer_bytes", 7, 0, 100, outPtr, outSize), statusOK)
+	if got := p.returned(); got != "plugin-config" {
+		t.Fatalf("plugin configuration = %q", got)
+	}
+	expectStatus(t, "buffer status", p.env("proxy_get_buffer_status", 7, outSize, outValue), statusOK)
+	if p.u32At(outSize) != uint32(len("plugin-config")) {
+		t.Fatalf("buffer status length = %d", p.u32At(outSize))
+	}
+	d, dl := p.put(0, "x")
+	expectStatus(t, "configuration is read-only", p.env("proxy_set_buffer_bytes", 7, 0, 1, d, dl), statusBadArgument)
+	p.inst.configuring = nil
+	expectStatus(t, "set a missing buffer", p.env("proxy_set_buffer_bytes", 0, 0, 1, d, dl), statusNotFound)
+	expectStatus(t, "status of a missing buffer", p.env("proxy_get_buffer_status", 7, outSize, outValue), statusNotFound)
+}
+
+func TestPropertiesAreEncodedAsEnvoyEncodesThem(t *testing.T) {
+	p := newProbe(t, envoyabi.Envoy133, nil)
+	props := Properties{
+		SourceAddress:   "10.0.0.7:51234",
+		SourcePort:      51234,
+		RequestProtocol: "HTTP/2",
+		TLS:             &TLSProperties{PeerCertificatePresented: true, SubjectPeerCertificate: "CN=admin,O=system:masters", Version: "TLSv1.3"},
+		Extra:           []Property{StringProperty("outbound|443||kube", "xds", "cluster_name"), BoolProperty(true, "custom", "flag")},
+	}
+	p.beginStream([][2]string{{":path", "/api"}, {":method", "GET"}, {"x-request-id", "rid"}}, props)
+	le := func(v int64) string { return string(binary.LittleEndian.AppendUint64(nil, uint64(v))) }
+	tests := []struct {
+		path string
+		want string
+		st   status
+	}{
+		{"plugin_name", "probe-plugin", statusOK},
+		{"plugin_root_id", "probe-root", statusOK},
+		{"plugin_vm_id", "probe-vm", statusOK},
+		{"source\x00address", "10.0.0.7:51234", statusOK},
+		{"source\x00port", le(51234), statusOK},
+		{"destination\x00address", "", statusNotFound},
+		{"request\x00protocol", "HTTP/2", statusOK},
+		{"request\x00path", "/api", statusOK},
+		{"request\x00method", "GET", statusOK},
+		{"request\x00id", "rid", statusOK},
+		{"request\x00host", "", statusNotFound},
+		{"connection\x00mtls", "\x01", statusOK},
+		{"connection\x00subject_peer_certificate", "CN=admin,O=system:masters", statusOK},
+		{"connection\x00tls_version", "TLSv1.3", statusOK},
+		{"xds\x00cluster_name", "outbound|443||kube", statusOK},
+		{"custom\x00flag", "\x01", statusOK},
+		{"custom", "", statusNotFound},
+		{"no\x00such", "", statusNotFound},
+		{"request\x00headers", string(appendPairs(nil, [][2]string{{":path", "/api"}, {":method", "GET"}, {"x-request-id", "rid"}})), statusOK},
+	}
+	for _, tt := range tests {
+		t.Run(strings.ReplaceAll(tt.path, "\x00", "."), func(t *testing.T) {
+			path, pl := p.put(0, tt.path)
+			expectStatus(t, "get_property", p.env("proxy_get_property", path, pl, outPtr, outSize), tt.st)
+			if tt.st == statusOK && p.returned() != tt.want {
+				t.Fatalf("value = %q, want %q", p.returned(), tt.want)
+			}
+		})
+	}
+
+	t.Run("plaintext connection", func(t *testing.T) {
+		p.beginStream(nil, Properties{})
+		path, pl := p.put(0, "connection\x00mtls")
+		expectStatus(t, "mtls", p.env("proxy_get_property", path, pl, outPtr, outSize), statusOK)
+		if p.returned() != "\x00" {
+			t.Fatalf("mtls = %q", p.returned())
+		}
+		path, pl = p.put(0, "connection\x00subject_peer_certificate")
+		expectStatus(t, "subject", p.env("proxy_get_property", path, pl, outPtr, outSize), statusNotFound)
+	})
+
+	t.Run("set_property is readable back on the same context", func(t *testing.T) {
+		p.beginStream(nil, Properties{})
+		path, pl := p.put(0, "wasm\x00note")
+		value, vl := p.put(64, "hello")
+		expectStatus(t, "set", p.env("proxy_set_property", path, pl, value, vl), statusOK)
+		expectStatus(t, "get", p.env("proxy_get_property", path, pl, outPtr, outSize), statusOK)
+		if p.returned() != "hello" {
+			t.Fatalf("value = %q", p.returned())
+		}
+		p.beginStream(nil, Properties{})
+		expectStatus(t, "next stream", p.env("proxy_get_property", path, pl, outPtr, outSize), statusNotFound)
+	})
+
+	t.Run("root context has no request attributes", func(t *testing.T) {
+		p.useRoot()
+		path, pl := p.put(0, "source\x00address")
+		expectStatus(t, "source.address", p.env("proxy_get_property", path, pl, outPtr, outSize), statusNotFound)
+	})
+}
+
+func TestLocalResponseIsDeferredAndRecordedOnce(t *testing.T) {
+	p := newProbe(t, envoyabi.Envoy133, nil)
+	s := p.beginStream(nil, Properties{})
+	details, dl := p.put(0, "denied by plugin")
+	body, bl := p.put(64, "nope")
+	hdrs, hl := p.put(128, string(appendPairs(nil, [][2]string{{"Content-Type", "text/plain"}})))
+	expectStatus(t, "send", p.env("proxy_send_local_response", 403, details, dl, body, bl, hdrs, hl, math.MaxUint32), statusOK)
+	want := LocalResponse{Status: 403, Headers: [][2]string{{"content-type", "text/plain"}}, Body: []byte("nope"),
+		Details: "denied_by_plugin", GRPCStatus: -1}
+	got := s.response
+	if got == nil || got.Status != want.Status || !slices.Equal(got.Headers, want.Headers) ||
+		string(got.Body) != string(want.Body) || got.Details != want.Details || got.GRPCStatus != want.GRPCStatus {
+		t.Fatalf("response = %+v, want %+v", got, want)
+	}
+	expectStatus(t, "second reply", p.env("proxy_send_local_response", 500, 0, 0, 0, 0, 0, 0, 2), statusBadArgument)
+
+	var out Outcome
+	p.inst.decide(&Request{}, &out, actionContinue)
+	if out.Verdict != Respond || out.Response != s.response {
+		t.Fatalf("a local reply must force a pause: %+v", out)
+	}
+	s = p.beginStream(nil, Properties{})
+	s.inRequestHeaders, s.inLog = false, true
+	expectStatus(t, "reply in the log phase", p.env("proxy_send_local_response", 200, 0, 0, 0, 0, 0, 0, 0), statusBadArgument)
+	p.useRoot()
+	expectStatus(t, "reply from a root context", p.env("proxy_send_local_response", 200, 0, 0, 0, 0, 0, 0, 0), statusBadArgument)
+}
+
+func TestContinueAndCloseStreamAreDeferred(t *testing.T) {
+	p := newProbe(t, envoyabi.Envoy133, nil)
+	tests := []struct {
+		name    string
+		fn      string
+		typ     uint64
+		st      status
+		action  uint32
+		verdict Verdict
+		failed  bool
+	}{
+		{"continue request after pause", "proxy_continue_stream", streamTypeRequest, statusOK, 1, Forward, false},
+		{"close request", "proxy_close_stream", streamTypeRequest, statusOK, 0, Reset, false},
+		{"close response", "proxy_close_stream", streamTypeResponse, statusOK, 0, Reset, false},
+		{"continue response only", "proxy_continue_stream", streamTypeResponse, statusOK, 1, Respond, true},
+		{"downstream is a network stream", "proxy_continue_stream", 2, statusBadArgument, 0, Forward, false},
+		{"unknown stream type", "proxy_close_stream", 9, statusBadArgument, 0, Forward, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p.beginStream([][2]string{{":path", "/"}}, Properties{})
+			expectStatus(t, tt.fn, p.env(tt.fn, tt.typ), tt.st)
+			var out Outcome
+			p.inst.decide(&Request{}, &out, tt.action)
+			if out.Verdict != tt.verdict || (out.Failed != nil) != tt.failed {
+				t.Fatalf("outcome = %+v", out)
+			}
+		})
+	}
+}
+
+func TestSharedDataCompareAndSwap(t *testing.T) {
+	p := newProbe(t, envoyabi.Envoy133, nil)
+	p.useRoot()
+	k, kl := p.put(0, "key")
+	v, vl := p.put(32, "v1")
+	expectStatus(t, "get missing", p.env("proxy_get_shared_data", k, kl, outPtr, outSize, outValue), statusNotFound)
+	expectStatus(t, "set with a cas on a missing key", p.env("proxy_set_shared_data", k, kl, v, vl, 12345), statusOK)
+	expectStatus(t, "get", p.env("proxy_get_shared_data", k, kl, outPtr, outSize, outValue), statusOK)
+	cas := p.u32At(outValue)
+	if p.returned() != "v1" || cas == 0 {
+		t.Fatalf("value %q cas %d", p.returned(), cas)
+	}
+	v, vl = p.put(32, "v2")
+	expectStatus(t, "stale cas", p.env("proxy_set_shared_data", k, kl, v, vl, uint64(cas+1)), statusCasMismatch)
+	expectStatus(t, "current cas", p.env("proxy_set_shared_data", k, kl, v, vl, uint64(cas)), statusOK)
+	expectStatus(t, "unconditional", p.env("proxy_set_shared_data", k, kl, v, vl, 0), statusOK)
+	if value, _, ok := p.host.shared.Get("probe-vm", "key"); !ok || string(value) != "v2" {
+		t.Fatalf("store holds %q", value)
+	}
+	if _, _, ok := p.host.shared.Get("other-vm", "key"); ok {
+		t.Fatal("shared data must be scoped by VM id")
+	}
+	expectStatus(t, "empty value", p.env("proxy_set_shared_data", k, kl, 0, 0, 0), statusOK)
+	expectStatus(t, "get empty value", p.env("proxy_get_shared_data", k, kl, outPtr, outSize, outValue), statusOK)
+	if p.u32At(outPtr) != 0 || p.u32At(outSize) != 0 {
+		t.Fatal("an empty value is returned as (0, 0)")
+	}
+}
+
+func TestSharedQueues(t *testing.T) {
+	p := newProbe(t, envoyabi.Envoy133, nil)
+	p.useRoot()
+	name, nl := p.put(0, "events")
+	vm, vml := p.put(32, "probe-vm")
+	expectStatus(t, "resolve before register", p.env("proxy_resolve_shared_queue", vm, vml, name, nl, outValue), statusNotFound)
+	expectStatus(t, "register", p.env("proxy_register_shared_queue", name, nl, outValue), statusOK)
+	token := p.u32At(outValue)
+	expectStatus(t, "register again", p.env("proxy_register_shared_queue", name, nl, outValue), statusOK)
+	if p.u32At(outValue) != token {
+		t.Fatal("re-registering a queue keeps its token")
+	}
+	expectStatus(t, "resolve", p.env("proxy_resolve_shared_queue", vm, vml, name, nl, outValue), statusOK)
+	if p.u32At(outValue) != token {
+		t.Fatal("resolve returned another token")
+	}
+	expectStatus(t, "dequeue empty", p.env("proxy_dequeue_shared_queue", uint64(token), outPtr, outSize), statusEmpty)
+	item, il := p.put(64, "item-1")
+	expectStatus(t, "enqueue", p.env("proxy_enqueue_shared_queue", uint64(token), item, il), statusOK)
+	expectStatus(t, "enqueue unknown", p.env("proxy_enqueue_shared_queue", 999, item, il), statusNotFound)
+	expectStatus(t, "dequeue", p.env("proxy_dequeue_shared_queue", uint64(token), outPtr, outSize), statusOK)
+	if p.returned() != "item-1" {
+		t.Fatalf("dequeued %q", p.returned())
+	}
+	expectStatus(t, "dequeue unknown", p.env("proxy_dequeue_shared_queue", 999, outPtr, outSize), statusNotFound)
+}
+
+func TestMetricsFunctions(t *testing.T) {
+	p := newProbe(t, envoyabi.Envoy133, nil)
+	p.useRoot()
+	define := func(kind uint64, metricName string) uint32 {
+		n, nl := p.put(0, metricName)
+		expectStatus(t, "define "+metricName, p.env("proxy_define_metric", kind, n, nl, outValue), statusOK)
+		return p.u32At(outValue)
+	}
+	counter, gauge, hist := define(0, "c"), define(1, "g"), define(2, "h")
+	if counter != 1 || gauge != 2 || hist != 3 || define(0, "c2") != 5 || define(0, "c") != counter {
+		t.Fatalf("ids follow Envoy's scheme: %d %d %d", counter, gauge, hist)
+	}
+	n, nl := p.put(0, "x")
+	expectStatus(t, "unknown type", p.env("proxy_define_metric", 3, n, nl, outValue), statusBadArgument)
+
+	expectStatus(t, "counter +2", p.env("proxy_increment_metric", uint64(counter), 2), statusOK)
+	expectStatus(t, "counter +0", p.env("proxy_increment_metric", uint64(counter), 0), statusBadArgument)
+	expectStatus(t, "counter -1", p.env("proxy_increment_metric", uint64(counter), uint64(math.MaxUint64)), statusBadArgument)
+	expectStatus(t, "counter record", p.env("proxy_record_metric", uint64(counter), 3), statusOK)
+	expectStatus(t, "gauge record", p.env("proxy_record_metric", uint64(gauge), 10), statusOK)
+	expectStatus(t, "gauge -4", p.env("proxy_increment_metric", uint64(gauge), uint64(math.MaxUint64-3)), statusOK)
+	expectStatus(t, "histogram increment", p.env("proxy_increment_metric", uint64(hist), 1), statusBadArgument)
+	expectStatus(t, "histogram record", p.env("proxy_record_metric", uint64(hist), 7), statusOK)
+	expectStatus(t, "unknown id", p.env("proxy_increment_metric", 4001, 1), statusNotFound)
+	expectStatus(t, "unknown id record", p.env("proxy_record_metric", 4, 1), statusNotFound)
+
+	expectStatus(t, "get counter", p.env("proxy_get_metric", uint64(counter), outValue), statusOK)
+	if p.u64At(outValue) != 5 {
+		t.Fatalf("counter = %d", p.u64At(outValue))
+	}
+	expectStatus(t, "get gauge", p.env("proxy_get_metric", uint64(gauge), outValue), statusOK)
+	if p.u64At(outValue) != 6 {
+		t.Fatalf("gauge = %d", p.u64At(outValue))
+	}
+	expectStatus(t, "get histogram", p.env("proxy_get_metric", uint64(hist), outValue), statusBadArgument)
+	expectStatus(t, "get unknown", p.env("proxy_get_metric", 77, outValue), statusNotFound)
+}
+
+func TestForeignFunctionsAndEffectiveContext(t *testing.T) {
+	p := newProbe(t, envoyabi.Envoy133, nil)
+	s := p.beginStream(nil, Properties{})
+	fn, fl := p.put(0, "clear_route_cache")
+	expectStatus(t, "clear_route_cache", p.env("proxy_call_foreign_function", fn, fl, 0, 0, outPtr, outSize), statusOK)
+	if !s.routeCacheCleared {
+		t.Fatal("clear_route_cache must mark the route for re-resolution")
+	}
+	fn, fl = p.put(0, "unknown")
+	expectStatus(t, "unknown function", p.env("proxy_call_foreign_function", fn, fl, 0, 0, outPtr, outSize), statusNotFound)
+
+	expectStatus(t, "switch to root", p.env("proxy_set_effective_context", uint64(p.inst.root.id)), statusOK)
+	if p.inst.effective.stream != nil || p.inst.effective.root != p.inst.root {
+		t.Fatal("effective context did not switch to the root")
+	}
+	expectStatus(t, "switch to stream", p.env("proxy_set_effective_context", uint64(s.id)), statusOK)
+	expectStatus(t, "unknown context", p.env("proxy_set_effective_context", 4242), statusBadArgument)
+	expectStatus(t, "proxy_done on a live root", p.env("proxy_done"), statusNotFound)
+}
+
+func TestTickPeriodTimeLogAndMisc(t *testing.T) {
+	p := newProbe(t, envoyabi.Envoy133, nil)
+	p.useRoot()
+	expectStatus(t, "tick period", p.env("proxy_set_tick_period_milliseconds", 250), statusOK)
+	if p.inst.root.tickPeriod != 250*time.Millisecond {
+		t.Fatalf("tick period = %v", p.inst.root.tickPeriod)
+	}
+	before := uint64(time.Now().UnixNano())
+	expectStatus(t, "time", p.env("proxy_get_current_time_nanoseconds", outValue), statusOK)
+	if now := p.u64At(outValue); now < before || now > uint64(time.Now().UnixNano()) {
+		t.Fatalf("time = %d", now)
+	}
+	msg, ml := p.put(0, "hello from the guest")
+	expectStatus(t, "log", p.env("proxy_log", 4, msg, ml), statusOK)
+	if !p.logs.contains("hello from the guest") || p.inst.lastGuestErr != "hello from the guest" {
+		t.Fatal("error-level guest log not recorded")
+	}
+	expectStatus(t, "log level out of range", p.env("proxy_log", 6, msg, ml), statusBadArgument)
+	if p.call("env.pthread_equal", 3, 3) != 1 || p.call("env.pthread_equal", 3, 4) != 0 {
+		t.Fatal("pthread_equal")
+	}
+	p.call("env.emscripten_notify_memory_growth", 1)
+}
+
+// TestOutOfRangeGuestPointersReturnInvalidMemoryAccess passes pointers and lengths outside guest memory to every
+// host function that reads or writes guest memory: each must answer INVALID_MEMORY_ACCESS without trapping.
+func TestOutOfRangeGuestPointersReturnInvalidMemoryAccess(t *testing.T) {
+	p := newProbe(t, envoyabi.Envoy133, nil)
+	s := p.beginStream([][2]string{{"k", "v"}}, Properties{})
+	k, kl := p.put(0, "k")
+	prop, pl := p.put(16, "plugin_name")
+	qn, ql := p.put(48, "q")
+	p.useRoot()
+	expectStatus(t, "register queue", p.env("proxy_register_shared_queue", qn, ql, outValue), statusOK)
+	token := uint64(p.u32At(outValue))
+	mn, ml := p.put(64, "m")
+	expectStatus(t, "define metric", p.env("proxy_define_metric", 0, mn, ml, outValue), statusOK)
+	metricID := uint64(p.u32At(outValue))
+	huge := uint64(math.MaxUint32)
+	tests := []struct {
+		fn   string
+		args []uint64
+	}{
+		{"proxy_log", []uint64{2, badPtr, 10}},
+		{"proxy_log", []uint64{2, inBase, huge}},
+		{"proxy_get_log_level", []uint64{badPtr}},
+		{"proxy_get_current_time_nanoseconds", []uint64{badPtr}},
+		{"proxy_get_buffer_bytes", []uint64{6, 0, 100, badPtr, outSize}},
+		{"proxy_get_buffer_bytes", []uint64{6, 0, 100, outPtr, badPtr}},
+		{"proxy_get_buffer_status", []uint64{6, badPtr, outSize}},
+		{"proxy_set_buffer_bytes", []uint64{6, 0, 1, badPtr, 5}},
+		{"proxy_get_header_map_value", []uint64{0, badPtr, 4, outPtr, outSize}},
+		{"proxy_get_header_map_value", []uint64{0, k, kl, badPtr, outSize}},
+		{"proxy_add_header_map_value", []uint64{0, badPtr, 3, k, kl}},
+		{"proxy_add_header_map_value", []uint64{0, k, kl, inBase, huge}},
+		{"proxy_replace_header_map_value", []uint64{0, k, kl, badPtr, 2}},
+		{"proxy_remove_header_map_value", []uint64{0, badPtr, 3}},
+		{"proxy_get_header_map_pairs", []uint64{0, badPtr, outSize}},
+		{"proxy_set_header_map_pairs", []uint64{0, badPtr, 8}},
+		{"proxy_get_header_map_size", []uint64{0, badPtr}},
+		{"proxy_get_property", []uint64{badPtr, 5, outPtr, outSize}},
+		{"proxy_get_property", []uint64{prop, pl, outPtr, badPtr}},
+		{"proxy_set_property", []uint64{prop, pl, badPtr, 3}},
+		{"proxy_send_local_response", []uint64{200, badPtr, 5, 0, 0, 0, 0, 0}},
+		{"proxy_send_local_response", []uint64{200, 0, 0, inBase, huge, 0, 0, 0}},
+		{"proxy_get_shared_data", []uint64{badPtr, 3, outPtr, outSize, outValue}},
+		{"proxy_set_shared_data", []uint64{k, kl, badPtr, 5, 0}},
+		{"proxy_register_shared_queue", []uint64{qn, ql, badPtr}},
+		{"proxy_resolve_shared_queue", []uint64{badPtr, 3, qn, ql, outValue}},
+		{"proxy_enqueue_shared_queue", []uint64{token, badPtr, 5}},
+		{"proxy_dequeue_shared_queue", []uint64{token, badPtr, outSize}},
+		{"proxy_define_metric", []uint64{0, badPtr, 4, outValue}},
+		{"proxy_define_metric", []uint64{0, mn, ml, badPtr}},
+		{"proxy_get_metric", []uint64{metricID, badPtr}},
+		{"proxy_call_foreign_function", []uint64{badPtr, 3, 0, 0, outPtr, outSize}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.fn, func(t *testing.T) {
+			p.inst.effective = guestContext{id: s.id, root: p.inst.root, stream: s}
+			s.inRequestHeaders = true
+			expectStatus(t, tt.fn, p.env(tt.fn, tt.args...), statusInvalidMemoryAccess)
+		})
+	}
+}
+
+// FuzzGuestPointerReads feeds arbitrary pointers and lengths to host functions that read guest memory: the
+// result must be INVALID_MEMORY_ACCESS exactly when the range leaves guest memory, and never a trap.
+func FuzzGuestPointerReads(f *testing.F) {
+	p := newProbe(f, envoyabi.Envoy133, func(o *Options) { o.Logger = slog.New(slog.DiscardHandler) })
+	memSize := uint64(p.inst.mem.Size())
+	for _, seed := range [][2]uint32{{0, 0}, {inBase, 16}, {uint32(memSize) - 1, 1}, {uint32(memSize), 0}, {uint32(memSize) - 4, 8}, {badPtr, 4}, {1, math.MaxUint32}} {
+		f.Add(seed[0], seed[1])
+	}
+	f.Fuzz(func(t *testing.T, ptr, size uint32) {
+		p := &probe{t: t, host: p.host, inst: p.inst, logs: p.logs}
+		inRange := uint64(ptr)+uint64(size) <= memSize
+		want := statusOK
+		if !inRange {
+			want = statusInvalidMemoryAccess
+		}
+		s := p.beginStream(nil, Properties{})
+		if got := status(p.call("env.proxy_log", 0, uint64(ptr), uint64(size))); got != want {
+			t.Fatalf("proxy_log(%#x, %d) = %d, want %d", ptr, size, got, want)
+		}
+		if got := status(p.call("env.proxy_set_shared_data", uint64(ptr), uint64(min(size, 256)), uint64(ptr), uint64(size), 0)); got != want && uint64(ptr)+uint64(min(size, 256)) <= memSize {
+			t.Fatalf("proxy_set_shared_data(%#x, %d) = %d, want %d", ptr, size, got, want)
+		}
+		if got := status(p.call("env.proxy_remove_header_map_value", 0, uint64(ptr), uint64(size))); got != want {
+			t.Fatalf("proxy_remove_header_map_value(%#x, %d) = %d, want %d", ptr, size, got, want)
+		}
+		s.headers = s.headers[:0]
+		wantWrite := statusOK
+		if uint64(ptr)+4 > memSize {
+			wantWrite = statusInvalidMemoryAccess
+		}
+		if got := status(p.call("env.proxy_get_header_map_size", 0, uint64(ptr))); got != wantWrite {
+			t.Fatalf("proxy_get_header_map_size(%#x) = %d, want %d", ptr, got, wantWrite)
+		}
+	})
+}
+
+func TestABI010Functions(t *testing.T) {
+	p := newProbeABI(t, envoyabi.Envoy133, envoyabi.ABI010, nil)
+	s := p.beginStream([][2]string{{"k", "v"}}, Properties{})
+	k, kl := p.put(0, "absent")
+	expectStatus(t, "absent header (ABI 0.1.0)", p.env("proxy_get_header_map_value", 0, k, kl, outPtr, outSize), statusOK)
+	if p.u32At(outSize) != 0 {
+		t.Fatal("ABI 0.1.0 returns an empty value for an absent header")
+	}
+	expectStatus(t, "continue request", p.env("proxy_continue_request"), statusOK)
+	expectStatus(t, "continue response", p.env("proxy_continue_response"), statusOK)
+	expectStatus(t, "clear route cache", p.env("proxy_clear_route_cache"), statusOK)
+	if !s.continueRequested || !s.routeCacheCleared {
+		t.Fatalf("stream state %+v", s)
+	}
+	p.useRoot()
+	expectStatus(t, "configuration outside on_configure", p.env("proxy_get_configuration", outPtr, outSize), statusOK)
+	if p.u32At(outSize) != 0 {
+		t.Fatal("configuration is empty outside proxy_on_configure")
+	}
+	p.inst.configuring = p.inst.root
+	expectStatus(t, "configuration", p.env("proxy_get_configuration", outPtr, outSize), statusOK)
+	if p.returned() != "plugin-config" {
+		t.Fatalf("configuration = %q", p.returned())
+	}
+}
+
+func TestGetLogLevelReportsTheLowestEnabledLevel(t *testing.T) {
+	tests := []struct {
+		level slog.Level
+		want  uint32
+	}{
+		{slog.LevelDebug - 4, 0},
+		{slog.LevelDebug, 1},
+		{slog.LevelInfo, 2},
+		{slog.LevelWarn, 3},
+		{slog.LevelError, 4},
+		{slog.LevelError + 8, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.level.String(), func(t *testing.T) {
+			p := newProbe(t, envoyabi.Envoy133, func(o *Options) {
+				o.Logger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: tt.level}))
+			})
+			p.useRoot()
+			expectStatus(t, "get_log_level", p.env("proxy_get_log_level", outValue), statusOK)
+			if got := p.u32At(outValue); got != tt.want {
+				t.Fatalf("level = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}

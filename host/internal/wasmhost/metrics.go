@@ -1,0 +1,251 @@
+package wasmhost
+
+import (
+	"bufio"
+	"cmp"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+type metricKind uint32
+
+const (
+	metricCounter metricKind = iota
+	metricGauge
+	metricHistogram
+)
+
+// Metric ids follow Envoy: the low two bits carry the type (counter 1, gauge 2, histogram 3) and ids of a type
+// advance by 4, so a plugin sees the same ids it would see in Envoy.
+const (
+	metricIDTypeMask  = 0x3
+	metricIDIncrement = 0x4
+)
+
+// histogramBounds are Envoy's default histogram buckets.
+var histogramBounds = [...]float64{
+	0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 600000, 1800000, 3600000,
+}
+
+// metric is a guest-defined metric with one value cell per instance slot, so that an instance updates its own
+// cell without contention and the export sums or selects across cells.
+type metric struct {
+	name  string
+	kind  metricKind
+	id    uint32
+	cells []metricCell
+}
+
+type metricCell struct {
+	value atomic.Int64 // counter (as unsigned) or gauge
+	hist  *histogramCell
+}
+
+type histogramCell struct {
+	buckets [len(histogramBounds) + 1]atomic.Uint64 // per bucket plus +Inf; cumulated at export
+	sum     atomic.Uint64
+	count   atomic.Uint64
+}
+
+func (h *histogramCell) record(v uint64) {
+	i, _ := slices.BinarySearch(histogramBounds[:], float64(v))
+	h.buckets[i].Add(1)
+	h.sum.Add(v)
+	h.count.Add(1)
+}
+
+type metricKey struct {
+	kind metricKind
+	name string
+}
+
+// metricRegistry holds the guest metrics of one Host. Definitions are rare and take the mutex; updates find the
+// metric through copy-on-write per-type lists without locking.
+type metricRegistry struct {
+	mu     sync.Mutex
+	cells  int
+	byName map[metricKey]*metric
+	byKind [3]atomic.Pointer[[]*metric]
+}
+
+func newMetricRegistry(cells int) *metricRegistry {
+	r := &metricRegistry{cells: cells, byName: make(map[metricKey]*metric)}
+	for i := range r.byKind {
+		r.byKind[i].Store(new([]*metric))
+	}
+	return r
+}
+
+// define returns the id of the metric name of kind, creating it on first use.
+func (r *metricRegistry) define(kind metricKind, name string) uint32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := metricKey{kind, name}
+	if m, ok := r.byName[key]; ok {
+		return m.id
+	}
+	list := *r.byKind[kind].Load()
+	m := &metric{
+		name:  name,
+		kind:  kind,
+		id:    uint32(len(list))*metricIDIncrement + uint32(kind) + 1,
+		cells: make([]metricCell, r.cells),
+	}
+	if kind == metricHistogram {
+		for i := range m.cells {
+			m.cells[i].hist = new(histogramCell)
+		}
+	}
+	r.byName[key] = m
+	next := append(slices.Clip(list), m)
+	r.byKind[kind].Store(&next)
+	return m.id
+}
+
+func (r *metricRegistry) lookup(id uint32) *metric {
+	typ := id & metricIDTypeMask
+	if typ == 0 {
+		return nil
+	}
+	list := *r.byKind[typ-1].Load()
+	if n := id / metricIDIncrement; n < uint32(len(list)) {
+		return list[n]
+	}
+	return nil
+}
+
+func (r *metricRegistry) all() []*metric {
+	var out []*metric
+	for i := range r.byKind {
+		out = append(out, *r.byKind[i].Load()...)
+	}
+	return out
+}
+
+func (m *metric) counterTotal() uint64 {
+	var total uint64
+	for i := range m.cells {
+		total += uint64(m.cells[i].value.Load())
+	}
+	return total
+}
+
+// sanitizeMetricName applies Envoy's Prometheus rule: every byte outside [a-zA-Z0-9_] becomes '_' and a leading
+// digit gets a '_' prefix. Envoy strips the wasmcustom namespace from plugin metrics, so a plugin metric
+// "skewgate.requests" is exported as "skewgate_requests", without Envoy's "envoy_" prefix.
+func sanitizeMetricName(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	if len(b) == 0 || (b[0] >= '0' && b[0] <= '9') {
+		b = append([]byte{'_'}, b...)
+	}
+	return string(b)
+}
+
+// WritePrometheus writes the plugin's metrics and the host's own metrics in the Prometheus text format.
+//
+// Plugin metrics are named as Envoy exports them (see sanitizeMetricName). Counters and histograms are summed
+// over instances; a gauge is the value held by the instance whose root context was configured most recently.
+// If two plugin metrics sanitise to the same name, only the first in (name, type) order is written.
+// Host metrics are prefixed "skewgate_wasm_"; a plugin metric that sanitises to a host metric's name is dropped.
+func (h *Host) WritePrometheus(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	metrics := h.metrics.all()
+	slices.SortFunc(metrics, func(a, b *metric) int {
+		return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.kind, b.kind))
+	})
+	hostMetrics := h.hostMetrics()
+	written := make(map[string]bool)
+	for _, hm := range hostMetrics {
+		written[hm.name] = true
+	}
+	gaugeCell := int(h.lastConfiguredSlot.Load())
+	for _, m := range metrics {
+		name := sanitizeMetricName(m.name)
+		if written[name] {
+			continue
+		}
+		written[name] = true
+		switch m.kind {
+		case metricCounter:
+			writeSample(bw, name, "counter", strconv.FormatUint(m.counterTotal(), 10))
+		case metricGauge:
+			writeSample(bw, name, "gauge", strconv.FormatInt(m.cells[gaugeCell].value.Load(), 10))
+		case metricHistogram:
+			writeHistogram(bw, name, m)
+		}
+	}
+	for _, hm := range hostMetrics {
+		writeSample(bw, hm.name, hm.kind, hm.value)
+	}
+	return bw.Flush()
+}
+
+func writeSample(w *bufio.Writer, name, kind, value string) {
+	fmt.Fprintf(w, "# TYPE %s %s\n%s %s\n", name, kind, name, value)
+}
+
+func writeHistogram(w *bufio.Writer, name string, m *metric) {
+	var buckets [len(histogramBounds) + 1]uint64
+	var sum, count uint64
+	for i := range m.cells {
+		c := m.cells[i].hist
+		for b := range buckets {
+			buckets[b] += c.buckets[b].Load()
+		}
+		sum += c.sum.Load()
+		count += c.count.Load()
+	}
+	fmt.Fprintf(w, "# TYPE %s histogram\n", name)
+	var cumulative uint64
+	for b, bound := range histogramBounds {
+		cumulative += buckets[b]
+		fmt.Fprintf(w, "%s_bucket{le=\"%s\"} %d\n", name, strconv.FormatFloat(bound, 'g', -1, 64), cumulative)
+	}
+	cumulative += buckets[len(histogramBounds)]
+	fmt.Fprintf(w, "%s_bucket{le=\"+Inf\"} %d\n%s_sum %d\n%s_count %d\n", name, cumulative, name, sum, name, count)
+}
+
+type hostMetric struct{ name, kind, value string }
+
+// hostCounters are the host's own metrics.
+type hostCounters struct {
+	traps                atomic.Uint64
+	recreations          atomic.Uint64
+	recreationFailures   atomic.Uint64
+	crashLoopBackoffs    atomic.Uint64
+	configRejections     atomic.Uint64
+	failedRequests       atomic.Uint64
+	poolWaits            atomic.Uint64
+	poolWaitNanos        atomic.Uint64
+	poolTimeouts         atomic.Uint64
+	liveInstances        atomic.Int64
+	configurationApplied atomic.Uint64
+}
+
+func (h *Host) hostMetrics() []hostMetric {
+	c := &h.counters
+	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	return []hostMetric{
+		{"skewgate_wasm_traps_total", "counter", u(c.traps.Load())},
+		{"skewgate_wasm_instance_recreations_total", "counter", u(c.recreations.Load())},
+		{"skewgate_wasm_instance_recreation_failures_total", "counter", u(c.recreationFailures.Load())},
+		{"skewgate_wasm_crash_loop_backoffs_total", "counter", u(c.crashLoopBackoffs.Load())},
+		{"skewgate_wasm_configurations_applied_total", "counter", u(c.configurationApplied.Load())},
+		{"skewgate_wasm_configuration_rejections_total", "counter", u(c.configRejections.Load())},
+		{"skewgate_wasm_failed_requests_total", "counter", u(c.failedRequests.Load())},
+		{"skewgate_wasm_pool_waits_total", "counter", u(c.poolWaits.Load())},
+		{"skewgate_wasm_pool_wait_seconds_total", "counter",
+			strconv.FormatFloat(float64(c.poolWaitNanos.Load())/1e9, 'g', -1, 64)},
+		{"skewgate_wasm_pool_timeouts_total", "counter", u(c.poolTimeouts.Load())},
+		{"skewgate_wasm_instances_live", "gauge", strconv.FormatInt(c.liveInstances.Load(), 10)},
+	}
+}
