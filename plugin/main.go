@@ -108,22 +108,16 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	}
 	in := h.scan(headers)
 	h.stripInbound(&in)
+	if h.cfg.Identity == IdentityFrontProxy {
+		h.assertClientCertificate()
+	}
 
-	path, _, ok := discovery.SplitRequestTarget(in.path)
+	req, ok := h.request(&in)
 	if !ok {
 		// The API server rejects the malformed path itself.
 		return types.ActionContinue
 	}
-	req := discovery.Request{
-		Method: in.method, Path: path,
-		Accept: in.accept, IfNoneMatch: in.ifNoneMatch,
-		PeerProxied: h.cfg.TrustPeerProxiedHeader && in.peerProxied == "true",
-	}
 	d := h.cfg.Index.Decide(&req, h.plugin.picks)
-
-	if h.cfg.Identity == IdentityFrontProxy {
-		h.assertClientCertificate()
-	}
 	switch d.Action {
 	case discovery.Route:
 		h.plugin.picks++
@@ -137,6 +131,16 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		h.plugin.metrics.noPeerForwarded.Increment(1)
 	}
 	return types.ActionContinue
+}
+
+// request is what Decide needs; ok is false for a malformed request target.
+func (h *httpContext) request(in *inbound) (req discovery.Request, ok bool) {
+	path, _, ok := discovery.SplitRequestTarget(in.path)
+	return discovery.Request{
+		Method: in.method, Path: path,
+		Accept: in.accept, IfNoneMatch: in.ifNoneMatch,
+		PeerProxied: h.cfg.TrustPeerProxiedHeader && in.peerProxied == "true",
+	}, ok
 }
 
 func (h *httpContext) scan(headers [][2]string) inbound {

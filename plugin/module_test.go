@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tetratelabs/wazero"
+
+	"github.com/skewgate/skewgate/discovery/discoverytest"
+	"github.com/skewgate/skewgate/host/envoyabi"
+	"github.com/skewgate/skewgate/plugin/plugintest"
+)
+
+// maxModuleSize is the budget for build/skewgate.wasm: every Envoy worker
+// compiles and holds its own copy.
+const maxModuleSize = 4 << 20
+
+func TestBuiltModuleLinksInEnvoy133(t *testing.T) {
+	if err := envoyabi.CheckModule(context.Background(), readBuiltModule(t), envoyabi.Envoy133); err != nil {
+		t.Fatalf("Envoy 1.33 would refuse the module:\n%v", err)
+	}
+}
+
+func TestBuiltModuleExportsWhatEnvoyCalls(t *testing.T) {
+	ctx := context.Background()
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	defer r.Close(ctx)
+	compiled, err := r.CompileModule(ctx, readBuiltModule(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exports := compiled.ExportedFunctions()
+	if abi, ok := envoyabi.DeclaredABI(exports); !ok || !strings.HasPrefix(abi, "0.2.") {
+		t.Errorf("declared ABI %q (%v); want 0.2.x", abi, ok)
+	}
+	if exports["malloc"] == nil && exports["proxy_on_memory_allocate"] == nil {
+		t.Error("no allocator export (malloc or proxy_on_memory_allocate)")
+	}
+	for _, name := range []string{"_initialize", "proxy_on_context_create", "proxy_on_configure", "proxy_on_request_headers", "proxy_on_log", "proxy_on_done", "proxy_on_delete"} {
+		if exports[name] == nil {
+			t.Errorf("missing export %s", name)
+		}
+	}
+	for _, name := range []string{"_start", "main"} {
+		if exports[name] != nil {
+			t.Errorf("exports %s: a reactor must not", name)
+		}
+	}
+}
+
+func TestBuiltModuleFitsSizeBudget(t *testing.T) {
+	if size := len(readBuiltModule(t)); size > maxModuleSize {
+		t.Errorf("%s is %d bytes; budget %d", builtModule, size, maxModuleSize)
+	}
+}
+
+// forbiddenCalls block, sleep, arm a runtime timer or touch files: in Envoy's
+// host the Go scheduler cannot wait (poll_oneoff fails before Envoy 1.39 and
+// spins after), and a plugin has no file system.
+var forbiddenCalls = map[string][]string{
+	"time":    {"Sleep", "After", "AfterFunc", "NewTimer", "NewTicker", "Tick"},
+	"context": {"WithTimeout", "WithDeadline", "WithTimeoutCause", "WithDeadlineCause"},
+	"os":      {"Open", "OpenFile", "Create", "ReadFile", "WriteFile", "ReadDir", "Stat", "Lstat", "Getenv", "LookupEnv", "Exit"},
+	"sync":    {"NewCond"},
+}
+
+// TestPluginCodeNeverWaitsSpawnsOrTouchesFiles reads the source compiled into
+// the module (plugin/ and discovery/, tests excluded): no go statements, no
+// blocking or timer calls, no file access, no channel operations, and an init()
+// that only registers the VM context.
+func TestPluginCodeNeverWaitsSpawnsOrTouchesFiles(t *testing.T) {
+	for _, dir := range []string{".", "../discovery"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, file := range files {
+			if strings.HasSuffix(file, "_test.go") {
+				continue
+			}
+			checkPluginSource(t, file)
+		}
+	}
+}
+
+func checkPluginSource(t *testing.T, file string) {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, file, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	imported := map[string]string{} // local name -> import path
+	for _, imp := range f.Imports {
+		path := strings.Trim(imp.Path.Value, `"`)
+		name := filepath.Base(path)
+		if imp.Name != nil {
+			name = imp.Name.Name
+		}
+		imported[name] = path
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.GoStmt:
+			t.Errorf("%s: go statement", fset.Position(n.Pos()))
+		case *ast.SendStmt, *ast.SelectStmt:
+			t.Errorf("%s: channel operation", fset.Position(n.Pos()))
+		case *ast.UnaryExpr:
+			if n.Op == token.ARROW {
+				t.Errorf("%s: channel receive", fset.Position(n.Pos()))
+			}
+		case *ast.SelectorExpr:
+			if pkg, ok := n.X.(*ast.Ident); ok {
+				for _, name := range forbiddenCalls[imported[pkg.Name]] {
+					if n.Sel.Name == name {
+						t.Errorf("%s: %s.%s", fset.Position(n.Pos()), imported[pkg.Name], name)
+					}
+				}
+			}
+		case *ast.FuncDecl:
+			if n.Name.Name == "init" && n.Recv == nil {
+				checkInitOnlyRegisters(t, fset, n)
+			}
+		}
+		return true
+	})
+}
+
+func checkInitOnlyRegisters(t *testing.T, fset *token.FileSet, fn *ast.FuncDecl) {
+	t.Helper()
+	for _, stmt := range fn.Body.List {
+		call, ok := stmt.(*ast.ExprStmt)
+		if !ok {
+			t.Errorf("%s: init() does more than register contexts", fset.Position(stmt.Pos()))
+			continue
+		}
+		sel, ok := call.X.(*ast.CallExpr).Fun.(*ast.SelectorExpr)
+		if !ok || !strings.HasPrefix(sel.Sel.Name, "Set") || !strings.HasSuffix(sel.Sel.Name, "Context") {
+			t.Errorf("%s: init() calls something other than proxywasm.Set*Context", fset.Position(stmt.Pos()))
+		}
+	}
+}
+
+// The plugin's own work per request (reading the headers it was given and
+// deciding) allocates nothing; what remains is the SDK's copy of the header
+// map from the host.
+func TestRequestDecisionDoesNotAllocate(t *testing.T) {
+	cfg, err := ParseConfig(plugintest.Config(t, 1, nil, discoverytest.SkewedControlPlane()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &httpContext{plugin: &pluginContext{cfg: cfg}, cfg: cfg}
+	headers := [][2]string{
+		{":method", "GET"}, {":path", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies?limit=500"},
+		{":authority", "kube.example"}, {":scheme", "https"}, {"accept", "application/json"},
+		{"user-agent", "kubectl/v1.36.3"}, {"authorization", "Bearer abc"},
+	}
+	allocs := testing.AllocsPerRun(200, func() {
+		in := h.scan(headers)
+		req, ok := h.request(&in)
+		if !ok {
+			t.Fatal("request target rejected")
+		}
+		cfg.Index.Decide(&req, 1)
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per request; want 0", allocs)
+	}
+}

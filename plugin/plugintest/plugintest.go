@@ -1,0 +1,488 @@
+// Package plugintest is the plugin's behaviour suite, written once and run
+// against every host the plugin meets: natively and as the built module under
+// proxytest (plugin/), and as the built module in skewgate's Envoy-faithful
+// wazero host (host/internal/wasmhost).
+package plugintest
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/discovery/discoverytest"
+)
+
+// Header names and media types the suite checks, spelled out independently of
+// the plugin's own constants.
+const (
+	RoutingHeader   = "x-skewgate-upstream"
+	PeerProxied     = "x-kubernetes-peer-proxied"
+	AcceptV2        = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+	acceptV2NoPeer  = AcceptV2 + ";profile=nopeer"
+	acceptClientGo  = AcceptV2 + ",application/json"
+	testSubject     = `CN=alice\2C jr,O=dev,O=system:masters`
+	rejectedCounter = "skewgate_rejected_configurations_total"
+)
+
+// Harness starts the plugin on one host.
+type Harness interface {
+	// Start configures a fresh plugin (a new VM) and returns it, or the
+	// rejection: the error must contain the plugin's log line.
+	Start(t *testing.T, opts StartOptions) (Plugin, error)
+	// ConcatenatesAddedValues reports a host that appends a value added to an
+	// existing header to that header's value (proxytest) instead of adding a
+	// second field, as Envoy and skewgate's host do.
+	ConcatenatesAddedValues() bool
+	// PushesConfiguration reports a host that can push a new configuration into
+	// a running VM (its plugins implement Reconfigurer), as Envoy does;
+	// proxytest configures a plugin once.
+	PushesConfiguration() bool
+}
+
+// StartOptions is what a test gives the host.
+type StartOptions struct {
+	Config []byte
+	// SubjectPeerCertificate, when set, is the connection.subject_peer_certificate
+	// property of every request (a client certificate the gateway verified).
+	SubjectPeerCertificate string
+}
+
+// Plugin is one configured plugin.
+type Plugin interface {
+	// Request runs the request-headers phase of one stream.
+	Request(method, path string, headers ...[2]string) Result
+	// Counter and Gauge read a metric the plugin defined.
+	Counter(name string) uint64
+	Gauge(name string) int64
+	// RouteCacheClears counts calls of the clear_route_cache foreign function.
+	RouteCacheClears() int
+}
+
+// Reconfigurer is a Plugin whose host can push a new configuration to the
+// running VM, as Envoy does on a configuration update.
+type Reconfigurer interface {
+	Reconfigure(config []byte) error
+}
+
+// Result is what the host did with a request.
+type Result struct {
+	// Forwarded is true when the request continues upstream with Headers.
+	Forwarded bool
+	Headers   [][2]string
+	// Local is the plugin's local response, nil if none.
+	Local *LocalResponse
+}
+
+// LocalResponse is a reply the plugin sent itself.
+type LocalResponse struct {
+	Status  uint32
+	Headers [][2]string
+	Body    []byte
+}
+
+// Header returns the first value of a request header after the plugin ran.
+func (r Result) Header(name string) (string, bool) {
+	for _, kv := range r.Headers {
+		if kv[0] == name {
+			return kv[1], true
+		}
+	}
+	return "", false
+}
+
+// Values returns every value of a request header after the plugin ran.
+func (r Result) Values(name string) []string {
+	var out []string
+	for _, kv := range r.Headers {
+		if kv[0] == name {
+			out = append(out, kv[1])
+		}
+	}
+	return out
+}
+
+// Header returns a local response header.
+func (l *LocalResponse) Header(name string) string {
+	for _, kv := range l.Headers {
+		if kv[0] == name {
+			return kv[1]
+		}
+	}
+	return ""
+}
+
+// Config renders a plugin configuration for servers with extra options.
+func Config(t testing.TB, generation uint64, options map[string]any, servers []discoverytest.Server) []byte {
+	t.Helper()
+	cfg := map[string]any{"snapshot": discoverytest.SnapshotJSON(generation, servers)}
+	maps.Copy(cfg, options)
+	out, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func start(t *testing.T, h Harness, opts StartOptions) Plugin {
+	t.Helper()
+	p, err := h.Start(t, opts)
+	if err != nil {
+		t.Fatalf("configuration rejected: %v", err)
+	}
+	return p
+}
+
+func mergedIndex(t *testing.T, servers []discoverytest.Server) *discovery.Index {
+	t.Helper()
+	snap, err := discovery.ParseSnapshot(discoverytest.SnapshotJSON(1, servers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := discovery.NewIndex(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ix
+}
+
+// Run runs every case of the suite against the harness.
+func Run(t *testing.T, h Harness) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { c.run(t, h) })
+	}
+	if h.PushesConfiguration() {
+		t.Run("ReconfigurationSwitchesSnapshotsAndRejectionKeepsThePrevious", func(t *testing.T) {
+			reconfigurationSwitchesSnapshotsAndRejectionKeepsThePrevious(t, h)
+		})
+	}
+}
+
+var cases = []struct {
+	name string
+	run  func(*testing.T, Harness)
+}{
+	{"RequestsEveryServerServesAreLeftToTheGateway", requestsEveryServerServesAreLeftToTheGateway},
+	{"ResourceOnlySomeServersServeIsReroutedUniformlyAndMarked", resourceOnlySomeServersServeIsReroutedUniformlyAndMarked},
+	{"ClientNeverChoosesBackendOrDisablesRerouting", clientNeverChoosesBackendOrDisablesRerouting},
+	{"TrustedPeerProxiedHeaderIsServedWhereItLands", trustedPeerProxiedHeaderIsServedWhereItLands},
+	{"MergedDiscoveryIsServedWithUpstreamHeadersAndETag", mergedDiscoveryIsServedWithUpstreamHeadersAndETag},
+	{"NoPeerAndLegacyDiscoveryPassThrough", noPeerAndLegacyDiscoveryPassThrough},
+	{"LegacyGroupVersionDiscoveryGoesToAServerThatHasIt", legacyGroupVersionDiscoveryGoesToAServerThatHasIt},
+	{"CapableServersDownGives503StatusWithRetryAfter", capableServersDownGives503StatusWithRetryAfter},
+	{"ClientHeadersNeverBecomeAnIdentity", clientHeadersNeverBecomeAnIdentity},
+	{"FrontProxyAssertsVerifiedClientCertificate", frontProxyAssertsVerifiedClientCertificate},
+	{"InvalidConfigurationIsRejectedWithOneClearLogLine", invalidConfigurationIsRejectedWithOneClearLogLine},
+	{"GenerationGaugeFollowsConfiguration", generationGaugeFollowsConfiguration},
+}
+
+func requestsEveryServerServesAreLeftToTheGateway(t *testing.T, h Harness) {
+	p := start(t, h, StartOptions{Config: Config(t, 1, nil, discoverytest.SkewedControlPlane())})
+	for _, path := range []string{
+		"/apis/apps/v1/namespaces/default/deployments/web",
+		"/api/v1/namespaces/default/pods?watch=true",
+		"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+		"/apis/example.com/v1/widgets", // served by nobody: a real server answers 404
+		"/healthz",
+		"/version",
+	} {
+		res := p.Request("GET", path)
+		if !res.Forwarded || res.Local != nil {
+			t.Errorf("%s: forwarded %v, local %+v; want forwarded", path, res.Forwarded, res.Local)
+		}
+		if v, ok := res.Header(RoutingHeader); ok {
+			t.Errorf("%s: routing header set to %q; want the gateway's own load balancing", path, v)
+		}
+		if _, ok := res.Header(PeerProxied); ok {
+			t.Errorf("%s: peer-proxied header set on a request every server serves", path)
+		}
+	}
+}
+
+func resourceOnlySomeServersServeIsReroutedUniformlyAndMarked(t *testing.T, h Harness) {
+	p := start(t, h, StartOptions{Config: Config(t, 1, nil, discoverytest.SkewedControlPlane())})
+	seen := map[string]int{}
+	const n = 10
+	for range n {
+		res := p.Request("POST", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies",
+			[2]string{PeerProxied, "true"}) // forged: must not stop re-routing
+		if !res.Forwarded {
+			t.Fatalf("not forwarded: %+v", res.Local)
+		}
+		cluster, _ := res.Header(RoutingHeader)
+		seen[cluster]++
+		if got := res.Values(PeerProxied); !slices.Equal(got, []string{"true"}) {
+			t.Errorf("peer-proxied values %q; want exactly [true]", got)
+		}
+	}
+	if seen["kube-b"] != n/2 || seen["kube-c"] != n/2 {
+		t.Errorf("re-routed to %v; want an even split over kube-b and kube-c", seen)
+	}
+	if got := p.Counter("skewgate_rerouted_requests_total"); got != n {
+		t.Errorf("rerouted counter %d; want %d", got, n)
+	}
+	if got := p.RouteCacheClears(); got != n {
+		t.Errorf("clear_route_cache called %d times; want %d", got, n)
+	}
+	res := p.Request("GET", "/apis/coordination.k8s.io/v1alpha2/namespaces/kube-system/leasecandidates")
+	if cluster, _ := res.Header(RoutingHeader); cluster != "kube-c" {
+		t.Errorf("alpha API routed to %q; want kube-c, its only server", cluster)
+	}
+}
+
+func clientNeverChoosesBackendOrDisablesRerouting(t *testing.T, h Harness) {
+	p := start(t, h, StartOptions{Config: Config(t, 1, nil, discoverytest.SkewedControlPlane())})
+	res := p.Request("GET", "/apis/apps/v1/deployments",
+		[2]string{RoutingHeader, "kube-a"}, [2]string{PeerProxied, "true"})
+	for _, name := range []string{RoutingHeader, PeerProxied} {
+		if v, ok := res.Header(name); ok {
+			t.Errorf("inbound %s: %q survived", name, v)
+		}
+	}
+}
+
+func trustedPeerProxiedHeaderIsServedWhereItLands(t *testing.T, h Harness) {
+	p := start(t, h, StartOptions{Config: Config(t, 1, map[string]any{"trustPeerProxiedHeader": true}, discoverytest.SkewedControlPlane())})
+	res := p.Request("GET", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies",
+		[2]string{PeerProxied, "true"})
+	if v, ok := res.Header(RoutingHeader); ok {
+		t.Errorf("routed to %q; a trusted peer-proxied request is served where it lands", v)
+	}
+	if v, _ := res.Header(PeerProxied); v != "true" {
+		t.Errorf("trusted header removed")
+	}
+}
+
+func mergedDiscoveryIsServedWithUpstreamHeadersAndETag(t *testing.T, h Harness) {
+	servers := discoverytest.SkewedControlPlane()
+	p := start(t, h, StartOptions{Config: Config(t, 1, nil, servers)})
+	ix := mergedIndex(t, servers)
+	want := ix.MergedAPIs()
+
+	res := p.Request("GET", "/apis", [2]string{"accept", acceptClientGo})
+	if res.Forwarded || res.Local == nil {
+		t.Fatalf("forwarded %v, local %v; want a local response", res.Forwarded, res.Local)
+	}
+	l := res.Local
+	if l.Status != 200 || string(l.Body) != string(want.Body) {
+		t.Fatalf("status %d, body %d bytes; want 200 and the merged document (%d bytes)", l.Status, len(l.Body), len(want.Body))
+	}
+	for name, v := range map[string]string{
+		"content-type": AcceptV2, "etag": want.ETag, "vary": "Accept", "cache-control": "public",
+	} {
+		if got := l.Header(name); got != v {
+			t.Errorf("%s = %q; want %q", name, got, v)
+		}
+	}
+	if !strings.Contains(string(l.Body), `"mutatingadmissionpolicies"`) || !strings.Contains(string(l.Body), `"v1alpha2"`) {
+		t.Errorf("merged document lacks APIs that only some servers serve")
+	}
+
+	res = p.Request("GET", "/apis", [2]string{"accept", AcceptV2}, [2]string{"if-none-match", want.ETag})
+	if res.Local == nil || res.Local.Status != 304 || len(res.Local.Body) != 0 || res.Local.Header("etag") != want.ETag {
+		t.Errorf("If-None-Match with the current ETag: got %+v; want 304, no body, ETag", res.Local)
+	}
+	res = p.Request("GET", "/apis", [2]string{"accept", AcceptV2}, [2]string{"if-none-match", "W/" + want.ETag})
+	if res.Local == nil || res.Local.Status != 200 {
+		t.Errorf("weak If-None-Match must not match (upstream compares bytes): got %+v", res.Local)
+	}
+	res = p.Request("HEAD", "/apis", [2]string{"accept", AcceptV2})
+	if res.Local == nil || res.Local.Status != 200 || len(res.Local.Body) != 0 {
+		t.Errorf("HEAD: got %+v; want 200 without body", res.Local)
+	}
+	res = p.Request("GET", "/api", [2]string{"accept", AcceptV2})
+	if res.Local == nil || string(res.Local.Body) != string(ix.MergedCoreAPI().Body) {
+		t.Errorf("/api: got %+v; want the merged core document", res.Local)
+	}
+	if got := p.Counter("skewgate_merged_discovery_served_total"); got != 4 {
+		t.Errorf("served counter %d; want 4", got)
+	}
+	if got := p.Counter("skewgate_merged_discovery_not_modified_total"); got != 1 {
+		t.Errorf("304 counter %d; want 1", got)
+	}
+}
+
+func noPeerAndLegacyDiscoveryPassThrough(t *testing.T, h Harness) {
+	p := start(t, h, StartOptions{Config: Config(t, 1, nil, discoverytest.SkewedControlPlane())})
+	for _, accept := range []string{acceptV2NoPeer + "," + acceptClientGo, "application/json", ""} {
+		res := p.Request("GET", "/apis", [2]string{"accept", accept})
+		if !res.Forwarded || res.Local != nil {
+			t.Errorf("Accept %q: forwarded %v local %+v; want pass-through", accept, res.Forwarded, res.Local)
+		}
+	}
+	if got := p.Counter("skewgate_nopeer_discovery_forwarded_total"); got != 1 {
+		t.Errorf("nopeer counter %d; want 1", got)
+	}
+}
+
+func legacyGroupVersionDiscoveryGoesToAServerThatHasIt(t *testing.T, h Harness) {
+	p := start(t, h, StartOptions{Config: Config(t, 1, nil, discoverytest.SkewedControlPlane())})
+	for path, want := range map[string]string{
+		"/apis/coordination.k8s.io/v1alpha2":            "kube-c",
+		"/openapi/v3/apis/coordination.k8s.io/v1alpha2": "kube-c",
+		"/apis/coordination.k8s.io":                     "kube-c",
+	} {
+		res := p.Request("GET", path)
+		if got, _ := res.Header(RoutingHeader); got != want {
+			t.Errorf("%s routed to %q; want %q", path, got, want)
+		}
+		if _, ok := res.Header(PeerProxied); ok {
+			t.Errorf("%s: discovery documents are not resource requests and carry no peer-proxied mark", path)
+		}
+	}
+}
+
+func capableServersDownGives503StatusWithRetryAfter(t *testing.T, h Harness) {
+	servers := discoverytest.SkewedControlPlane()
+	servers[1].Healthy, servers[2].Healthy = false, false
+	p := start(t, h, StartOptions{Config: Config(t, 1, map[string]any{"retryAfterSeconds": 7}, servers)})
+	res := p.Request("GET", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies")
+	if res.Forwarded || res.Local == nil || res.Local.Status != 503 {
+		t.Fatalf("got forwarded %v local %+v; want 503", res.Forwarded, res.Local)
+	}
+	if got := res.Local.Header("retry-after"); got != "7" {
+		t.Errorf("Retry-After %q; want 7", got)
+	}
+	var status struct {
+		Kind, Status, Reason string
+		Code                 int
+		Details              struct{ RetryAfterSeconds int }
+	}
+	if err := json.Unmarshal(res.Local.Body, &status); err != nil {
+		t.Fatalf("body is not JSON: %v: %s", err, res.Local.Body)
+	}
+	if status.Kind != "Status" || status.Reason != "ServiceUnavailable" || status.Code != 503 || status.Details.RetryAfterSeconds != 7 {
+		t.Errorf("status body %+v", status)
+	}
+	if got := p.Counter("skewgate_unavailable_responses_total"); got != 1 {
+		t.Errorf("unavailable counter %d; want 1", got)
+	}
+	// Discovery keeps listing the APIs of servers that are down for a moment.
+	res = p.Request("GET", "/apis", [2]string{"accept", AcceptV2})
+	if res.Local == nil || !strings.Contains(string(res.Local.Body), "mutatingadmissionpolicies") {
+		t.Errorf("merged discovery dropped the APIs of unhealthy servers")
+	}
+}
+
+func clientHeadersNeverBecomeAnIdentity(t *testing.T, h Harness) {
+	forged := [][2]string{
+		{"x-remote-user", "system:admin"}, {"x-remote-group", "system:masters"},
+		{"x-remote-uid", "0"}, {"x-remote-extra-scopes", "all"}, {"x-remote-extra-acme.com%2fteam", "x"},
+	}
+	for _, mode := range []string{"passthrough", "front-proxy"} {
+		t.Run(mode, func(t *testing.T) {
+			p := start(t, h, StartOptions{Config: Config(t, 1, map[string]any{"identityMode": mode}, discoverytest.SkewedControlPlane())})
+			res := p.Request("GET", "/api/v1/pods", append(forged, [2]string{"authorization", "Bearer abc"})...)
+			for _, kv := range res.Headers {
+				if strings.HasPrefix(kv[0], "x-remote-") {
+					t.Errorf("forged %s: %s reached the backend", kv[0], kv[1])
+				}
+			}
+			if v, _ := res.Header("authorization"); v != "Bearer abc" {
+				t.Errorf("bearer token altered: %q", v)
+			}
+		})
+	}
+}
+
+func frontProxyAssertsVerifiedClientCertificate(t *testing.T, h Harness) {
+	t.Run("front-proxy", func(t *testing.T) {
+		config := Config(t, 1, map[string]any{"identityMode": "front-proxy"}, discoverytest.SkewedControlPlane())
+		p := start(t, h, StartOptions{Config: config, SubjectPeerCertificate: testSubject})
+		res := p.Request("GET", "/api/v1/pods", [2]string{"x-remote-user", "system:admin"}, [2]string{"x-remote-group", "evil"})
+		if got := res.Values("x-remote-user"); !slices.Equal(got, []string{"alice, jr"}) {
+			t.Errorf("x-remote-user %q; want [alice, jr]", got)
+		}
+		want := []string{"system:masters", "dev"}
+		if h.ConcatenatesAddedValues() {
+			want = []string{strings.Join(want, "")}
+		}
+		if got := res.Values("x-remote-group"); !slices.Equal(got, want) {
+			t.Errorf("x-remote-group %q; want %q: the certificate's organizations in certificate order", got, want)
+		}
+	})
+	t.Run("passthrough asserts nothing", func(t *testing.T) {
+		config := Config(t, 1, map[string]any{"identityMode": "passthrough"}, discoverytest.SkewedControlPlane())
+		p := start(t, h, StartOptions{Config: config, SubjectPeerCertificate: testSubject})
+		if got := p.Request("GET", "/api/v1/pods").Values("x-remote-user"); got != nil {
+			t.Errorf("passthrough mode asserted %q", got)
+		}
+	})
+}
+
+// invalidConfigurations is every way the suite breaks a configuration, with the
+// text the rejection must name.
+func invalidConfigurations(t *testing.T) []struct{ name, config, want string } {
+	valid := string(Config(t, 1, nil, discoverytest.SkewedControlPlane()))
+	with := func(prefix string) string { return strings.Replace(valid, `{"snapshot"`, `{`+prefix+`"snapshot"`, 1) }
+	return []struct{ name, config, want string }{
+		{"not json", `{"snapshot":`, "not valid JSON"},
+		{"unknown field", `{"snapshot":{},"routingheader":"x"}`, "routingheader"},
+		{"bad header name", with(`"routingHeader":"X-Upper",`), "routingHeader"},
+		{"stripped header", with(`"routingHeader":"x-remote-user",`), "routingHeader"},
+		{"bad identity mode", with(`"identityMode":"trust-me",`), "identityMode"},
+		{"retry after zero", with(`"retryAfterSeconds":0,`), "retryAfterSeconds"},
+		{"no snapshot", `{}`, "snapshot: must be an object"},
+		{"zero generation", `{"snapshot":{"generation":0,"servers":[]}}`, "generation"},
+		{"broken server", strings.Replace(valid, `"cluster":"kube-b"`, `"cluster":"kube b"`, 1), "servers[1] (apiserver-bbb): cluster"},
+	}
+}
+
+func invalidConfigurationIsRejectedWithOneClearLogLine(t *testing.T, h Harness) {
+	for _, c := range invalidConfigurations(t) {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := h.Start(t, StartOptions{Config: []byte(c.config)})
+			if err == nil || !strings.Contains(err.Error(), "configuration rejected") || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("rejection %v; want the plugin's line containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+func generationGaugeFollowsConfiguration(t *testing.T, h Harness) {
+	p := start(t, h, StartOptions{Config: Config(t, 42, nil, discoverytest.SkewedControlPlane())})
+	if v := p.Gauge("skewgate_snapshot_generation"); v != 42 {
+		t.Errorf("generation gauge %d; want 42", v)
+	}
+}
+
+func reconfigurationSwitchesSnapshotsAndRejectionKeepsThePrevious(t *testing.T, h Harness) {
+	servers := discoverytest.SkewedControlPlane()
+	p := start(t, h, StartOptions{Config: Config(t, 1, nil, servers)})
+	r, ok := p.(Reconfigurer)
+	if !ok {
+		t.Fatalf("%T pushes configuration but does not implement Reconfigurer", p)
+	}
+	path := "/apis/coordination.k8s.io/v1alpha2/leasecandidates"
+	if got, _ := p.Request("GET", path).Header(RoutingHeader); got != "kube-c" {
+		t.Fatalf("before: routed to %q; want kube-c", got)
+	}
+	// Generation 2: the alpha API moved to kube-b.
+	servers[1].Groups["coordination.k8s.io/v1alpha2"] = servers[2].Groups["coordination.k8s.io/v1alpha2"]
+	delete(servers[2].Groups, "coordination.k8s.io/v1alpha2")
+	if err := r.Reconfigure(Config(t, 2, nil, servers)); err != nil {
+		t.Fatalf("valid reconfiguration rejected: %v", err)
+	}
+	if got, _ := p.Request("GET", path).Header(RoutingHeader); got != "kube-b" {
+		t.Errorf("after generation 2: routed to %q; want kube-b", got)
+	}
+	if v := p.Gauge("skewgate_snapshot_generation"); v != 2 {
+		t.Errorf("generation gauge %d; want 2", v)
+	}
+	for _, c := range invalidConfigurations(t) {
+		if err := r.Reconfigure([]byte(c.config)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: reconfiguration error %v; want one naming %q", c.name, err, c.want)
+		}
+	}
+	if got, _ := p.Request("GET", path).Header(RoutingHeader); got != "kube-b" {
+		t.Errorf("after rejected updates: routed to %q; want kube-b from the kept generation 2", got)
+	}
+	if v := p.Gauge("skewgate_snapshot_generation"); v != 2 {
+		t.Errorf("generation gauge %d after rejected updates; want 2", v)
+	}
+	if got := p.Counter(rejectedCounter); got != uint64(len(invalidConfigurations(t))) {
+		t.Errorf("rejected counter %d; want %d", got, len(invalidConfigurations(t)))
+	}
+}
