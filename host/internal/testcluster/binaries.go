@@ -1,0 +1,487 @@
+package testcluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Pinned release versions used by the scenarios and fixtures.
+const (
+	KubeVersion135 = "v1.35.4"
+	KubeVersion136 = "v1.36.3"
+	KubeVersion137 = "v1.37.2"
+	KubectlVersion = KubeVersion136
+	EtcdVersion    = "v3.6.16"
+)
+
+// KubeAPIServerVersions lists every pinned kube-apiserver version, oldest first.
+var KubeAPIServerVersions = []string{KubeVersion135, KubeVersion136, KubeVersion137}
+
+// Component names a binary that EnsureBinary can build.
+type Component string
+
+// Buildable components.
+const (
+	KubeAPIServer Component = "kube-apiserver"
+	Kubectl       Component = "kubectl"
+	Etcd          Component = "etcd"
+)
+
+// Logger receives progress messages; *testing.T satisfies it.
+type Logger interface {
+	Logf(format string, args ...any)
+}
+
+// recipe says how to build one component from the module proxy.
+type recipe struct {
+	module      string
+	mainPackage string
+	// versionArgs make the binary print its version; versionText is what the output must contain.
+	versionArgs []string
+	versionText func(version string) string
+	// kubernetes marks k8s.io/kubernetes binaries: their staging modules need replacing and their
+	// version variables need stamping.
+	kubernetes bool
+}
+
+func recipeFor(c Component) (recipe, error) {
+	switch c {
+	case KubeAPIServer:
+		return recipe{
+			module:      "k8s.io/kubernetes",
+			mainPackage: "k8s.io/kubernetes/cmd/kube-apiserver",
+			versionArgs: []string{"--version"},
+			versionText: func(v string) string { return "Kubernetes " + v + "\n" },
+			kubernetes:  true,
+		}, nil
+	case Kubectl:
+		return recipe{
+			module:      "k8s.io/kubernetes",
+			mainPackage: "k8s.io/kubernetes/cmd/kubectl",
+			versionArgs: []string{"version", "--client"},
+			versionText: func(v string) string { return "Client Version: " + v + "\n" },
+			kubernetes:  true,
+		}, nil
+	case Etcd:
+		// At v3.6 the etcd server module's root package is the etcd main (server/main.go).
+		return recipe{
+			module:      "go.etcd.io/etcd/server/v3",
+			mainPackage: "go.etcd.io/etcd/server/v3",
+			versionArgs: []string{"--version"},
+			versionText: func(v string) string { return "etcd Version: " + strings.TrimPrefix(v, "v") + "\n" },
+		}, nil
+	default:
+		return recipe{}, fmt.Errorf("unknown component %q", c)
+	}
+}
+
+var releaseVersionPattern = regexp.MustCompile(`^v(\d+)\.(\d+)\.(\d+)$`)
+
+// releaseVersion is a parsed vMAJOR.MINOR.PATCH.
+type releaseVersion struct {
+	major, minor, patch int
+}
+
+func parseReleaseVersion(v string) (releaseVersion, error) {
+	m := releaseVersionPattern.FindStringSubmatch(v)
+	if m == nil {
+		return releaseVersion{}, fmt.Errorf("version %q is not of the form vMAJOR.MINOR.PATCH", v)
+	}
+	var r releaseVersion
+	for i, dst := range []*int{&r.major, &r.minor, &r.patch} {
+		n, err := strconv.Atoi(m[i+1])
+		if err != nil {
+			return releaseVersion{}, fmt.Errorf("version %q: %w", v, err)
+		}
+		*dst = n
+	}
+	return r, nil
+}
+
+// stagingVersion is the published version of the staging modules (k8s.io/api, ...) that ship with
+// Kubernetes version v: v1.Y.Z pairs with v0.Y.Z.
+func stagingVersion(v releaseVersion) string {
+	return fmt.Sprintf("v0.%d.%d", v.minor, v.patch)
+}
+
+// BinDir returns ${XDG_CACHE_HOME:-$HOME/.cache}/skewgate/bin, creating it if needed.
+func BinDir() (string, error) {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("locating the user cache directory: %w", err)
+	}
+	dir := filepath.Join(base, "skewgate", "bin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// buildMu serialises builds inside one process; the lock file serialises them across processes, so
+// a shared machine never compiles two Kubernetes binaries at once.
+var buildMu sync.Mutex
+
+// EnsureBinary returns the path of component c at version, building it from the Go module proxy
+// when the cache holds no copy that reports the right version.
+func EnsureBinary(ctx context.Context, log Logger, c Component, version string) (string, error) {
+	r, err := recipeFor(c)
+	if err != nil {
+		return "", err
+	}
+	if _, err := parseReleaseVersion(version); err != nil {
+		return "", err
+	}
+	dir, err := BinDir()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, string(c)+"-"+version)
+	if verifyBinary(ctx, path, r, version) == nil {
+		return path, nil
+	}
+
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	// While another process holds the build lock it may be producing this very binary, so the wait
+	// ends as soon as a verified copy appears.
+	unlock, err := lockFile(ctx, log, filepath.Join(dir, ".build.lock"), func() bool {
+		return verifyBinary(ctx, path, r, version) == nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if unlock == nil {
+		return path, nil
+	}
+	defer unlock()
+
+	verifyErr := verifyBinary(ctx, path, r, version)
+	if verifyErr == nil {
+		return path, nil
+	}
+	if !errors.Is(verifyErr, os.ErrNotExist) {
+		log.Logf("cached %s is unusable (%v); rebuilding", path, verifyErr)
+	}
+
+	partial, err := os.CreateTemp(dir, "."+string(c)+"-"+version+".partial-*")
+	if err != nil {
+		return "", err
+	}
+	partialPath := partial.Name()
+	partial.Close()
+	defer os.Remove(partialPath) // only matters when the rename below does not happen
+
+	log.Logf("building %s %s into %s (minutes on a cold Go build cache)", c, version, path)
+	start := time.Now()
+	if err := buildBinary(ctx, r, version, partialPath); err != nil {
+		return "", fmt.Errorf("building %s %s: %w", c, version, err)
+	}
+	if err := verifyBinary(ctx, partialPath, r, version); err != nil {
+		return "", fmt.Errorf("freshly built %s %s: %w", c, version, err)
+	}
+	if err := os.Rename(partialPath, path); err != nil {
+		return "", err
+	}
+	log.Logf("built %s %s in %s", c, version, time.Since(start).Round(time.Second))
+	return path, nil
+}
+
+// verifyBinary runs the binary's version command and checks that it names the expected version.
+func verifyBinary(ctx context.Context, path string, r recipe, version string) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !info.Mode().IsRegular() || info.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%s is not an executable file", path)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, r.versionArgs...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", path, strings.Join(r.versionArgs, " "), err, tail(out, 5))
+	}
+	if want := r.versionText(version); !strings.Contains(string(out), want) {
+		return fmt.Errorf("%s %s printed %q, want it to contain %q", path, strings.Join(r.versionArgs, " "), out, want)
+	}
+	return nil
+}
+
+// lockFile takes an exclusive flock on path, polling so that ctx can cancel the wait. If done
+// reports true while waiting, it gives up and returns a nil unlock function.
+func lockFile(ctx context.Context, log Logger, path string, done func() bool) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	announced := false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() {
+				syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+				f.Close()
+			}, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("locking %s: %w", path, err)
+		}
+		if done() {
+			f.Close()
+			return nil, nil
+		}
+		if !announced {
+			log.Logf("waiting for another process to finish building into %s", filepath.Dir(path))
+			announced = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// moduleDownload is the subset of `go mod download -json` output used here.
+type moduleDownload struct {
+	Info  string
+	GoMod string
+	Error string
+}
+
+// buildBinary builds r's main package at version into out, using a throw-away module that requires
+// r.module at that version.
+func buildBinary(ctx context.Context, r recipe, version, out string) error {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return fmt.Errorf("the go command is needed to build test binaries: %w", err)
+	}
+	work, err := os.MkdirTemp("", "skewgate-build-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
+	env := append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off")
+	goCmd := func(args ...string) ([]byte, error) {
+		cmd := exec.CommandContext(ctx, goTool, args...)
+		cmd.Dir = work
+		cmd.Env = env
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			return nil, fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, tail(stderr.Bytes(), 30))
+		}
+		return stdout.Bytes(), nil
+	}
+
+	const builderModule = "skewgate.invalid/binbuilder"
+	if err := os.WriteFile(filepath.Join(work, "go.mod"), []byte("module "+builderModule+"\n"), 0o644); err != nil {
+		return err
+	}
+	raw, err := goCmd("mod", "download", "-json", r.module+"@"+version)
+	if err != nil {
+		return err
+	}
+	var dl moduleDownload
+	if err := json.Unmarshal(raw, &dl); err != nil {
+		return fmt.Errorf("decoding go mod download output: %w", err)
+	}
+	if dl.Error != "" {
+		return fmt.Errorf("downloading %s@%s: %s", r.module, version, dl.Error)
+	}
+	upstreamGoMod, err := os.ReadFile(dl.GoMod)
+	if err != nil {
+		return err
+	}
+	upstream, err := parseGoMod(upstreamGoMod)
+	if err != nil {
+		return fmt.Errorf("%s@%s go.mod: %w", r.module, version, err)
+	}
+	infoRaw, err := os.ReadFile(dl.Info)
+	if err != nil {
+		return err
+	}
+	var info struct{ Time time.Time }
+	if err := json.Unmarshal(infoRaw, &info); err != nil {
+		return fmt.Errorf("decoding %s: %w", dl.Info, err)
+	}
+
+	builderGoMod, err := renderBuilderGoMod(builderModule, r, version, upstream)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(work, "go.mod"), builderGoMod, 0o644); err != nil {
+		return err
+	}
+	ldflags := "-s -w"
+	if r.kubernetes {
+		if ldflags, err = kubeVersionLDFlags(version, info.Time); err != nil {
+			return err
+		}
+	}
+	_, err = goCmd("build", "-trimpath", "-ldflags", ldflags, "-o", out, r.mainPackage)
+	return err
+}
+
+// goModFile holds the parts of an upstream go.mod that the builder module must reproduce.
+type goModFile struct {
+	goVersion string
+	// godebug settings ("key=value") change runtime defaults of the main module's binaries, so the
+	// builder copies them to behave like the upstream build.
+	godebug []string
+	// localReplacements are module paths that upstream replaces with directories inside its own
+	// repository (the Kubernetes staging modules).
+	localReplacements []string
+}
+
+// parseGoMod reads the go, godebug and replace directives of a go.mod, in single-line and block
+// form. It is deliberately small: upstream go.mod files are machine-formatted.
+func parseGoMod(data []byte) (goModFile, error) {
+	var f goModFile
+	block := ""
+	for n, line := range strings.Split(string(data), "\n") {
+		if i := strings.Index(line, "//"); i >= 0 {
+			line = line[:i]
+		}
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		if block != "" {
+			if fields[0] == ")" {
+				block = ""
+				continue
+			}
+			if err := f.addDirective(block, fields); err != nil {
+				return goModFile{}, fmt.Errorf("line %d: %w", n+1, err)
+			}
+			continue
+		}
+		if len(fields) == 2 && fields[1] == "(" {
+			block = fields[0]
+			continue
+		}
+		if err := f.addDirective(fields[0], fields[1:]); err != nil {
+			return goModFile{}, fmt.Errorf("line %d: %w", n+1, err)
+		}
+	}
+	if block != "" {
+		return goModFile{}, fmt.Errorf("unterminated %s block", block)
+	}
+	if f.goVersion == "" {
+		return goModFile{}, errors.New("no go directive")
+	}
+	return f, nil
+}
+
+func (f *goModFile) addDirective(verb string, args []string) error {
+	switch verb {
+	case "go":
+		if len(args) != 1 {
+			return fmt.Errorf("malformed go directive %q", args)
+		}
+		f.goVersion = args[0]
+	case "godebug":
+		if len(args) != 1 || !strings.Contains(args[0], "=") {
+			return fmt.Errorf("malformed godebug directive %q", args)
+		}
+		f.godebug = append(f.godebug, args[0])
+	case "replace":
+		arrow := -1
+		for i, a := range args {
+			if a == "=>" {
+				arrow = i
+			}
+		}
+		if arrow < 1 || arrow == len(args)-1 {
+			return fmt.Errorf("malformed replace directive %q", args)
+		}
+		target := args[arrow+1]
+		if strings.HasPrefix(target, "./") || strings.HasPrefix(target, "../") || strings.HasPrefix(target, "/") {
+			f.localReplacements = append(f.localReplacements, args[0])
+		}
+	}
+	return nil
+}
+
+// renderBuilderGoMod writes the go.mod of the throw-away builder module. For Kubernetes every
+// staging module that upstream replaces with a local directory is replaced with its published
+// v0.Y.Z release instead, because those directories are not part of the k8s.io/kubernetes module zip.
+func renderBuilderGoMod(module string, r recipe, version string, upstream goModFile) ([]byte, error) {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "module %s\n\ngo %s\n", module, upstream.goVersion)
+	if len(upstream.godebug) > 0 {
+		b.WriteString("\ngodebug (\n")
+		for _, d := range upstream.godebug {
+			fmt.Fprintf(&b, "\t%s\n", d)
+		}
+		b.WriteString(")\n")
+	}
+	fmt.Fprintf(&b, "\nrequire %s %s\n", r.module, version)
+	if !r.kubernetes {
+		return b.Bytes(), nil
+	}
+	if len(upstream.localReplacements) == 0 {
+		return nil, fmt.Errorf("%s@%s replaces no staging modules; its go.mod layout is not the expected one", r.module, version)
+	}
+	v, err := parseReleaseVersion(version)
+	if err != nil {
+		return nil, err
+	}
+	b.WriteString("\nreplace (\n")
+	for _, m := range upstream.localReplacements {
+		fmt.Fprintf(&b, "\t%s => %s %s\n", m, m, stagingVersion(v))
+	}
+	b.WriteString(")\n")
+	return b.Bytes(), nil
+}
+
+// kubeVersionLDFlags stamps the version variables the way Kubernetes' own build does
+// (hack/lib/version.sh). Since 1.31 the binary version that drives emulation and compatibility
+// versions is parsed from gitVersion, so an unstamped build would believe it is v0.0.0.
+func kubeVersionLDFlags(version string, released time.Time) (string, error) {
+	v, err := parseReleaseVersion(version)
+	if err != nil {
+		return "", err
+	}
+	values := []struct{ name, value string }{
+		{"gitVersion", version},
+		{"gitMajor", strconv.Itoa(v.major)},
+		{"gitMinor", strconv.Itoa(v.minor)},
+		{"gitTreeState", "clean"},
+		// The module proxy does not expose the commit; the tag's time keeps builds reproducible.
+		{"gitCommit", ""},
+		{"buildDate", released.UTC().Format(time.RFC3339)},
+	}
+	flags := []string{"-s", "-w"}
+	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		for _, kv := range values {
+			flags = append(flags, "-X", pkg+"."+kv.name+"="+kv.value)
+		}
+	}
+	return strings.Join(flags, " "), nil
+}
+
+// tail returns the last n lines of out.
+func tail(out []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

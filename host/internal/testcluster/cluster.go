@@ -1,0 +1,549 @@
+package testcluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/client-go/rest"
+)
+
+// Feature gates that the mixed version proxy needs. Before 1.36 the proxy gate is alpha and off.
+const (
+	gateMixedVersionProxy = "UnknownVersionInteroperabilityProxy"
+	gateServerIdentity    = "APIServerIdentity"
+)
+
+// ServiceClusterIPRange is the service range every test server is configured with.
+const ServiceClusterIPRange = "10.0.0.0/24"
+
+// DefaultStartTimeout bounds how long Start and Restart wait for one server's readiness and
+// identity lease.
+const DefaultStartTimeout = 3 * time.Minute
+
+const (
+	serverStopGrace = 20 * time.Second
+	etcdStopGrace   = 10 * time.Second
+	logTailLines    = 40
+	apiserverStarts = 3
+)
+
+// ServerSpec describes one kube-apiserver.
+type ServerSpec struct {
+	// Name is the server's host name inside its UTS namespace; the server ID derives from it.
+	// Defaults to "apiserver-<index>". Must be unique within the cluster.
+	Name string
+	// Version is a pinned kube-apiserver version such as KubeVersion136.
+	Version string
+	// RuntimeConfig entries are joined into --runtime-config, e.g. "coordination.k8s.io/v1alpha2=true".
+	RuntimeConfig []string
+	// FeatureGates are passed to --feature-gates.
+	FeatureGates map[string]bool
+	// MVP enables the mixed version proxy: --peer-ca-file, --peer-advertise-ip/port and the gates
+	// it depends on (required explicitly before 1.36, where the proxy gate is alpha).
+	MVP bool
+	// ExtraArgs are appended to the kube-apiserver command line.
+	ExtraArgs []string
+}
+
+// Spec describes a cluster: one etcd and the listed kube-apiservers.
+type Spec struct {
+	Servers []ServerSpec
+	// StartTimeout bounds the wait for each server; zero means DefaultStartTimeout.
+	StartTimeout time.Duration
+}
+
+// Server is a snapshot of one running (or stopped) kube-apiserver.
+type Server struct {
+	Index   int
+	Name    string
+	Version string
+	// URL is https://127.0.0.1:<port>; the port survives restarts.
+	URL string
+	// ServerID is the identity lease name, computed from Name and checked against the lease.
+	ServerID string
+	// HolderIdentity is the identity lease holder seen after the latest start ("<ServerID>_<uuid>").
+	HolderIdentity string
+	// Args are the kube-apiserver flags of the latest start.
+	Args []string
+	// Running is false between Stop and the next Restart.
+	Running bool
+}
+
+type apiServer struct {
+	spec ServerSpec
+	port int
+	info Server
+	proc *process
+}
+
+// Cluster is a running etcd plus kube-apiservers. All methods are safe for concurrent use.
+type Cluster struct {
+	log          Logger
+	dir          string
+	pki          *PKI
+	startTimeout time.Duration
+
+	etcd    *process
+	etcdURL string
+
+	adminKubeconfig, tokenKubeconfig string
+
+	mu      sync.Mutex
+	servers []*apiServer
+	closed  bool
+}
+
+var hostnamePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+func (s Spec) validate() error {
+	if len(s.Servers) == 0 {
+		return errors.New("spec lists no servers")
+	}
+	seen := map[string]bool{}
+	for i, srv := range s.Servers {
+		if !hostnamePattern.MatchString(srv.Name) {
+			return fmt.Errorf("server %d: name %q is not a valid host name label", i, srv.Name)
+		}
+		if seen[srv.Name] {
+			return fmt.Errorf("server %d: duplicate name %q", i, srv.Name)
+		}
+		seen[srv.Name] = true
+		if _, err := parseReleaseVersion(srv.Version); err != nil {
+			return fmt.Errorf("server %d: %w", i, err)
+		}
+		if srv.MVP {
+			for _, gate := range []string{gateMixedVersionProxy, gateServerIdentity} {
+				if on, set := srv.FeatureGates[gate]; set && !on {
+					return fmt.Errorf("server %d: MVP needs feature gate %s, which the spec turns off", i, gate)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Start builds or finds the binaries, generates a PKI, starts etcd and every server (in parallel)
+// and waits until each serves /readyz and has written its identity lease. ctx bounds only the
+// start-up; the processes live until Close. On failure everything started is torn down and the
+// failing process's log tail is written to log.
+func Start(ctx context.Context, log Logger, spec Spec) (_ *Cluster, err error) {
+	spec.Servers = slices.Clone(spec.Servers)
+	for i := range spec.Servers {
+		if spec.Servers[i].Name == "" {
+			spec.Servers[i].Name = "apiserver-" + strconv.Itoa(i)
+		}
+	}
+	if err := spec.validate(); err != nil {
+		return nil, err
+	}
+	if spec.StartTimeout == 0 {
+		spec.StartTimeout = DefaultStartTimeout
+	}
+
+	// Binaries first: a build failure must not leave half a cluster behind.
+	etcdBinary, err := EnsureBinary(ctx, log, Etcd, EtcdVersion)
+	if err != nil {
+		return nil, err
+	}
+	binaries := map[string]string{}
+	for _, srv := range spec.Servers {
+		if binaries[srv.Version] != "" {
+			continue
+		}
+		if binaries[srv.Version], err = EnsureBinary(ctx, log, KubeAPIServer, srv.Version); err != nil {
+			return nil, err
+		}
+	}
+
+	dir, err := os.MkdirTemp("", "skewgate-cluster-")
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{log: log, dir: dir, startTimeout: spec.StartTimeout}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	pkiDir := filepath.Join(dir, "pki")
+	if err := os.Mkdir(pkiDir, 0o700); err != nil {
+		return nil, err
+	}
+	if c.pki, err = newPKI(pkiDir); err != nil {
+		return nil, err
+	}
+	if c.etcd, c.etcdURL, err = startEtcd(ctx, log, etcdBinary, dir, spec.StartTimeout); err != nil {
+		return nil, err
+	}
+
+	ports, err := freePorts(len(spec.Servers))
+	if err != nil {
+		return nil, err
+	}
+	for i, srvSpec := range spec.Servers {
+		c.servers = append(c.servers, &apiServer{spec: srvSpec, port: ports[i], info: Server{
+			Index:    i,
+			Name:     srvSpec.Name,
+			Version:  srvSpec.Version,
+			ServerID: ServerID(srvSpec.Name),
+		}})
+	}
+	errs := make([]error, len(c.servers))
+	var wg sync.WaitGroup
+	for i, s := range c.servers {
+		wg.Go(func() { errs[i] = c.launch(ctx, s, binaries[s.spec.Version], true) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if err := c.writeKubeconfigs(); err != nil {
+		return nil, err
+	}
+	for _, s := range c.servers {
+		log.Logf("kube-apiserver %s %s ready at %s as %s", s.info.Name, s.info.Version, s.info.URL, s.info.ServerID)
+	}
+	return c, nil
+}
+
+// launch starts s and waits for readiness and a fresh identity lease. With newPortOnConflict a
+// port taken by someone else is replaced; restarts keep their port so the URL stays stable.
+func (c *Cluster) launch(ctx context.Context, s *apiServer, binary string, newPortOnConflict bool) error {
+	previousHolder := s.info.HolderIdentity
+	logPath := filepath.Join(c.dir, s.spec.Name+".log")
+	for attempt := 1; ; attempt++ {
+		args := c.apiserverArgs(s)
+		// The server ID is derived from the host name, so each server gets its own UTS namespace
+		// and host name. unshare and sh both exec in place, keeping one process per server.
+		argv := append([]string{"unshare", "--uts", "--", "sh", "-c", `hostname "$0" && exec "$@"`, s.spec.Name, binary}, args...)
+		proc, err := startProcess(s.spec.Name, logPath, argv)
+		if err != nil {
+			return err
+		}
+		s.proc = proc
+		s.info.URL = "https://127.0.0.1:" + strconv.Itoa(s.port)
+		s.info.Args = args
+		s.info.Running = true
+		err = c.waitReady(ctx, s)
+		if err == nil {
+			holder, err := c.waitIdentityLease(ctx, s, previousHolder)
+			if err != nil {
+				return c.startFailure(s, err)
+			}
+			s.info.HolderIdentity = holder
+			return nil
+		}
+		proc.stop(5 * time.Second)
+		s.info.Running = false
+		if !newPortOnConflict || attempt == apiserverStarts || !proc.logContains(addressInUse) {
+			return c.startFailure(s, err)
+		}
+		ports, perr := freePorts(1)
+		if perr != nil {
+			return perr
+		}
+		c.log.Logf("kube-apiserver %s: port %d was taken, retrying on %d", s.spec.Name, s.port, ports[0])
+		s.port = ports[0]
+	}
+}
+
+func (c *Cluster) startFailure(s *apiServer, err error) error {
+	c.log.Logf("kube-apiserver %s %s failed to start; last lines of its log:\n%s", s.spec.Name, s.spec.Version, s.proc.logTail(logTailLines))
+	return fmt.Errorf("kube-apiserver %s %s: %w", s.spec.Name, s.spec.Version, err)
+}
+
+func (c *Cluster) apiserverArgs(s *apiServer) []string {
+	f := c.pki.files
+	port := strconv.Itoa(s.port)
+	args := []string{
+		"--etcd-servers=" + c.etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + port,
+		"--tls-cert-file=" + f.servingCert,
+		"--tls-private-key-file=" + f.servingKey,
+		"--client-ca-file=" + f.caCert,
+		"--requestheader-client-ca-file=" + f.frontProxyCACert,
+		"--requestheader-allowed-names=" + FrontProxyClientName,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + f.frontProxyClientCert,
+		"--proxy-client-key-file=" + f.frontProxyClientKey,
+		"--authorization-mode=RBAC",
+		"--token-auth-file=" + f.tokens,
+		"--service-account-issuer=https://" + ServingServerName,
+		"--service-account-key-file=" + f.serviceAccountPub,
+		"--service-account-signing-key-file=" + f.serviceAccountKey,
+		"--service-cluster-ip-range=" + ServiceClusterIPRange,
+		// Since 1.37 the endpoint reconciler of the "kubernetes" Service rejects a loopback advertise
+		// address. Nothing here needs that Service; the peer endpoint leases used by the mixed version
+		// proxy come from a separate reconciler.
+		"--endpoint-reconciler-type=none",
+	}
+	gates := maps.Clone(s.spec.FeatureGates)
+	if s.spec.MVP {
+		if gates == nil {
+			gates = map[string]bool{}
+		}
+		gates[gateMixedVersionProxy] = true
+		gates[gateServerIdentity] = true
+		args = append(args,
+			"--peer-ca-file="+f.caCert,
+			"--peer-advertise-ip=127.0.0.1",
+			"--peer-advertise-port="+port,
+		)
+	}
+	if len(gates) > 0 {
+		var kv []string
+		for _, name := range slices.Sorted(maps.Keys(gates)) {
+			kv = append(kv, name+"="+strconv.FormatBool(gates[name]))
+		}
+		args = append(args, "--feature-gates="+strings.Join(kv, ","))
+	}
+	if len(s.spec.RuntimeConfig) > 0 {
+		args = append(args, "--runtime-config="+strings.Join(s.spec.RuntimeConfig, ","))
+	}
+	return append(args, s.spec.ExtraArgs...)
+}
+
+// adminHTTPClient authenticates as the admin certificate and trusts only the cluster CA.
+func (c *Cluster) adminHTTPClient() *http.Client {
+	return &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: c.AdminTLSConfig(), DisableCompression: true},
+	}
+}
+
+func (c *Cluster) waitReady(ctx context.Context, s *apiServer) error {
+	ctx, cancel := context.WithTimeout(ctx, c.startTimeout)
+	defer cancel()
+	client := c.adminHTTPClient()
+	defer client.CloseIdleConnections()
+	lastStatus := "no response"
+	for {
+		if done, err := s.proc.exited(); done {
+			return fmt.Errorf("exited before becoming ready: %v", err)
+		}
+		status, body, err := get(ctx, client, s.info.URL+"/readyz")
+		switch {
+		case err != nil:
+			lastStatus = err.Error()
+		case status == http.StatusOK:
+			return nil
+		default:
+			lastStatus = fmt.Sprintf("HTTP %d: %s", status, tail(body, 8))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("/readyz not OK after %s (last: %s)", c.startTimeout, lastStatus)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// waitIdentityLease waits for the server's identity lease in kube-system to name a holder other
+// than previousHolder, and checks that the lease confirms the computed server ID and host name.
+func (c *Cluster) waitIdentityLease(ctx context.Context, s *apiServer, previousHolder string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.startTimeout)
+	defer cancel()
+	client := c.adminHTTPClient()
+	defer client.CloseIdleConnections()
+	url := s.info.URL + "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/" + s.info.ServerID
+	last := "no response"
+	for {
+		status, body, err := get(ctx, client, url)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case status != http.StatusOK:
+			last = fmt.Sprintf("HTTP %d", status)
+		default:
+			var lease coordinationv1.Lease
+			if err := json.Unmarshal(body, &lease); err != nil {
+				return "", fmt.Errorf("decoding identity lease %s: %w", s.info.ServerID, err)
+			}
+			if got := lease.Labels["kubernetes.io/hostname"]; got != s.spec.Name {
+				return "", fmt.Errorf("identity lease %s names host %q, want %q", s.info.ServerID, got, s.spec.Name)
+			}
+			holder := ""
+			if lease.Spec.HolderIdentity != nil {
+				holder = *lease.Spec.HolderIdentity
+			}
+			if strings.HasPrefix(holder, s.info.ServerID+"_") && holder != previousHolder {
+				return holder, nil
+			}
+			last = fmt.Sprintf("holder %q", holder)
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("no fresh identity lease kube-system/%s after %s (last: %s)", s.info.ServerID, c.startTimeout, last)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func get(ctx context.Context, client *http.Client, url string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, body, err
+}
+
+// Servers returns a snapshot of every server, in spec order.
+func (c *Cluster) Servers() []Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Server, len(c.servers))
+	for i, s := range c.servers {
+		out[i] = s.info
+		out[i].Args = slices.Clone(s.info.Args)
+	}
+	return out
+}
+
+// Server returns a snapshot of server i.
+func (c *Cluster) Server(i int) Server {
+	return c.Servers()[i]
+}
+
+// Stop terminates server i (gracefully, so it removes its peer endpoint lease) and leaves it
+// stopped until Restart.
+func (c *Cluster) Stop(i int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errors.New("cluster is closed")
+	}
+	s := c.servers[i]
+	if s.proc != nil {
+		s.proc.stop(serverStopGrace)
+	}
+	s.info.Running = false
+	return nil
+}
+
+// Restart stops server i if it is running and starts it again at version (empty keeps the
+// current version) on the same port and host name, so URL and ServerID are unchanged. It returns
+// once the new process is ready and has taken over its identity lease.
+func (c *Cluster) Restart(ctx context.Context, i int, version string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errors.New("cluster is closed")
+	}
+	s := c.servers[i]
+	if version == "" {
+		version = s.spec.Version
+	}
+	if _, err := parseReleaseVersion(version); err != nil {
+		return err
+	}
+	binary, err := EnsureBinary(ctx, c.log, KubeAPIServer, version)
+	if err != nil {
+		return err
+	}
+	if s.proc != nil {
+		s.proc.stop(serverStopGrace)
+	}
+	s.info.Running = false
+	s.spec.Version = version
+	s.info.Version = version
+	if err := c.launch(ctx, s, binary, false); err != nil {
+		return err
+	}
+	c.log.Logf("kube-apiserver %s restarted as %s at %s", s.info.Name, version, s.info.URL)
+	return nil
+}
+
+// Close stops every server and etcd and removes the cluster's temporary directory. It only signals
+// processes this cluster started. Calling it again does nothing.
+func (c *Cluster) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	var wg sync.WaitGroup
+	for _, s := range c.servers {
+		if s.proc != nil {
+			wg.Go(func() { s.proc.stop(serverStopGrace) })
+		}
+		s.info.Running = false
+	}
+	wg.Wait()
+	if c.etcd != nil {
+		c.etcd.stop(etcdStopGrace)
+	}
+	return os.RemoveAll(c.dir)
+}
+
+// Dir is the cluster's temporary directory (PKI, logs, kubeconfigs, etcd data).
+func (c *Cluster) Dir() string { return c.dir }
+
+// PKI returns the cluster's credentials.
+func (c *Cluster) PKI() *PKI { return c.pki }
+
+// CAPool trusts the cluster CA, which signs every server's serving certificate.
+func (c *Cluster) CAPool() *x509.CertPool { return c.pki.CAPool() }
+
+// FrontProxyClientCertificate is the certificate servers accept X-Remote-* identities from.
+func (c *Cluster) FrontProxyClientCertificate() tls.Certificate { return c.pki.FrontProxyClient }
+
+// AdminTLSConfig verifies servers as ServingServerName against the cluster CA and presents the
+// admin (system:masters) client certificate.
+func (c *Cluster) AdminTLSConfig() *tls.Config {
+	return &tls.Config{
+		RootCAs:      c.pki.CAPool(),
+		ServerName:   ServingServerName,
+		Certificates: []tls.Certificate{c.pki.Admin},
+		MinVersion:   tls.VersionTLS12,
+	}
+}
+
+// AdminRESTConfig is a client-go configuration for server i as the admin certificate.
+func (c *Cluster) AdminRESTConfig(i int) *rest.Config {
+	return &rest.Config{
+		Host: c.Server(i).URL,
+		TLSClientConfig: rest.TLSClientConfig{
+			ServerName: ServingServerName,
+			CAData:     c.pki.caPEM,
+			CertData:   c.pki.adminCertPEM,
+			KeyData:    c.pki.adminKeyPEM,
+		},
+	}
+}
+
+// AdminKubeconfig is the path of a kubeconfig with one context per server (named after it),
+// authenticating with the admin client certificate.
+func (c *Cluster) AdminKubeconfig() string { return c.adminKubeconfig }
+
+// AdminTokenKubeconfig is like AdminKubeconfig but authenticates with the admin bearer token.
+func (c *Cluster) AdminTokenKubeconfig() string { return c.tokenKubeconfig }
+
+// EtcdURL is the etcd client URL.
+func (c *Cluster) EtcdURL() string { return c.etcdURL }
