@@ -1,0 +1,555 @@
+package controller
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/skewgate/skewgate/discovery"
+)
+
+// Controller polls the API servers and publishes discovery snapshots.
+type Controller struct {
+	opts    Options
+	log     *slog.Logger
+	fetcher *fetcher
+	static  []string
+	cluster *clusterSource
+	metrics *metrics
+	notices *notices
+	running atomic.Bool
+
+	// Touched only by Run's goroutine (and, during a probe, each server's own
+	// goroutine for its serverState).
+	servers     map[string]*serverState
+	generation  uint64
+	lastServers []byte // the "servers" array of the last built snapshot
+	pending     *published
+	// unpublishable is set when lastServers could not become a snapshot (no
+	// server, or invalid), so the current snapshot is behind.
+	unpublishable bool
+
+	ready   atomic.Bool
+	mu      sync.Mutex
+	current *published
+}
+
+// published is a snapshot together with where its clusters live.
+type published struct {
+	raw       []byte
+	snap      *discovery.Snapshot
+	addresses map[string]string
+}
+
+// serverState is everything known about the server at one address.
+type serverState struct {
+	address     string
+	id, cluster string
+	inDiscovery bool
+	lastSeen    time.Time // when discovery (or the static list) last named it
+
+	healthy     bool
+	lastHealthy time.Time
+	version     string
+	apis, core  document
+	// lastErrors holds the failure reason per path, so that a persisting
+	// failure is logged once and its recovery too.
+	lastErrors map[string]string
+}
+
+func (s *serverState) complete() bool {
+	return s.apis.raw != nil && s.core.raw != nil && s.version != ""
+}
+
+func (s *serverState) forgetDocuments() {
+	s.apis, s.core, s.version = document{}, document{}, ""
+}
+
+// New validates opts and prepares a Controller; Run starts it.
+func New(opts Options) (*Controller, error) {
+	o, err := opts.complete()
+	if err != nil {
+		return nil, err
+	}
+	client, err := newBackendClient(o)
+	if err != nil {
+		return nil, err
+	}
+	static, err := parseStaticServers(o.StaticServers)
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		opts:    o,
+		log:     o.Logger,
+		fetcher: &fetcher{client: client, timeout: o.RequestTimeout, maxBytes: o.MaxResponseBytes},
+		static:  static,
+		metrics: newMetrics(),
+		notices: newNotices(o.Logger),
+		servers: map[string]*serverState{},
+	}
+	kube := o.Clientset
+	if kube == nil && o.RESTConfig != nil {
+		kube, err = kubernetes.NewForConfig(o.RESTConfig)
+		if err != nil {
+			return nil, fmt.Errorf("controller: cluster client: %w", err)
+		}
+	}
+	if kube != nil {
+		c.cluster = newClusterSource(kube)
+	}
+	return c, nil
+}
+
+func parseStaticServers(urls []string) ([]string, error) {
+	if len(urls) > discovery.MaxServers {
+		return nil, fmt.Errorf("controller: %d static API servers, at most %d are supported", len(urls), discovery.MaxServers)
+	}
+	var addresses []string
+	byName := map[string]string{}
+	for _, u := range urls {
+		address, err := parseStaticServer(u)
+		if err != nil {
+			return nil, fmt.Errorf("controller: %w", err)
+		}
+		if slices.Contains(addresses, address) {
+			return nil, fmt.Errorf("controller: API server %q is listed twice (as %s)", u, address)
+		}
+		name := ClusterName(address)
+		if other, dup := byName[name]; dup {
+			return nil, fmt.Errorf("controller: API servers %s and %s both get the cluster name %s", other, address, name)
+		}
+		byName[name] = address
+		addresses = append(addresses, address)
+	}
+	return addresses, nil
+}
+
+// Run polls every server each PollInterval and publishes snapshots until ctx
+// is done, then returns nil. It returns an error only if called twice.
+func (c *Controller) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return errors.New("controller: Run called twice")
+	}
+	defer c.fetcher.client.http.CloseIdleConnections()
+	if c.cluster != nil {
+		defer c.cluster.stop()
+		if err := c.cluster.start(ctx); err != nil {
+			c.log.Info("controller stopped before the informers synced", "err", err)
+			return nil
+		}
+	}
+	ticker := time.NewTicker(c.opts.PollInterval)
+	defer ticker.Stop()
+	for {
+		c.poll(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// Ready reports whether a first snapshot has been published: every server
+// known at the time was probed and at least one is in it.
+func (c *Controller) Ready() bool { return c.ready.Load() }
+
+// Current returns the last published snapshot, or nils before the first one.
+// The returned values must not be modified.
+func (c *Controller) Current() (raw []byte, snap *discovery.Snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.current == nil {
+		return nil, nil
+	}
+	return c.current.raw, c.current.snap
+}
+
+// ClusterAddresses maps every cluster name of the last published snapshot to
+// its server's host:port, for whoever routes to those clusters.
+func (c *Controller) ClusterAddresses() map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.current == nil {
+		return nil
+	}
+	return maps.Clone(c.current.addresses)
+}
+
+// poll is one round: update membership, probe every server, publish.
+func (c *Controller) poll(ctx context.Context) {
+	c.reconcileMembers(time.Now())
+	c.probeAll(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	now := time.Now()
+	c.expireUnhealthy(now)
+	c.publish(now)
+	c.notices.endRound()
+}
+
+// member is one address to probe and the names it goes by.
+type member struct {
+	address, id, cluster string
+}
+
+// desiredMembers is the union of the static servers, the addresses identity
+// leases announce and the kubernetes Service's endpoints, one per address.
+func (c *Controller) desiredMembers() []member {
+	leaseIDs := map[string]string{}
+	var discovered []string
+	if c.cluster != nil {
+		leases, endpointSlices := c.cluster.list()
+		leaseIDs = c.leaseIDsByAddress(leases)
+		discovered = slices.Collect(maps.Keys(leaseIDs))
+		for _, s := range endpointSlices {
+			addresses, refused := sliceAddresses(s)
+			for _, why := range refused {
+				c.notices.warn("endpointslice/"+s.Namespace+"/"+s.Name+"/"+why, "ignoring EndpointSlice entry", "endpointslice", s.Namespace+"/"+s.Name, "reason", why)
+			}
+			discovered = append(discovered, addresses...)
+		}
+		slices.Sort(discovered)
+	}
+	// Static servers come first so that they win any name clash.
+	var members []member
+	seen := map[string]bool{}
+	usedIDs, usedClusters := map[string]string{}, map[string]string{}
+	for _, address := range slices.Concat(c.static, discovered) {
+		if seen[address] {
+			continue
+		}
+		seen[address] = true
+		m := member{address: address, id: leaseIDs[address], cluster: ClusterName(address)}
+		if m.id == "" {
+			m.id = m.cluster
+		}
+		if other := cmp.Or(usedIDs[m.id], usedClusters[m.cluster]); other != "" {
+			c.notices.warn("clash/"+address+"/"+other, "ignoring API server whose ID or cluster name is already taken",
+				"address", address, "id", m.id, "cluster", m.cluster, "taken_by", other)
+			continue
+		}
+		usedIDs[m.id], usedClusters[m.cluster] = address, address
+		members = append(members, m)
+	}
+	return members
+}
+
+// leaseIDsByAddress maps each announced address to its lease name. When two
+// leases announce one address, the more recently renewed one is the live
+// server (a replaced server's lease outlives it by up to two hours).
+func (c *Controller) leaseIDsByAddress(leases []*coordinationv1.Lease) map[string]string {
+	chosen := map[string]*coordinationv1.Lease{}
+	for _, l := range leases {
+		address, err := leaseAddress(l)
+		if errors.Is(err, errNoPeerAddress) {
+			continue
+		}
+		if err != nil {
+			c.notices.warn("lease/"+l.Namespace+"/"+l.Name+"/"+err.Error(), "ignoring identity lease",
+				"lease", l.Namespace+"/"+l.Name, "reason", err.Error())
+			continue
+		}
+		if prev, ok := chosen[address]; ok && !renewedLater(l, prev) {
+			continue
+		}
+		chosen[address] = l
+	}
+	ids := make(map[string]string, len(chosen))
+	for address, l := range chosen {
+		ids[address] = l.Name
+	}
+	return ids
+}
+
+func renewedLater(a, b *coordinationv1.Lease) bool {
+	var at, bt time.Time
+	if a.Spec.RenewTime != nil {
+		at = a.Spec.RenewTime.Time
+	}
+	if b.Spec.RenewTime != nil {
+		bt = b.Spec.RenewTime.Time
+	}
+	if !at.Equal(bt) {
+		return at.After(bt)
+	}
+	return a.Name < b.Name
+}
+
+// reconcileMembers starts tracking new servers and forgets those that have
+// been out of discovery for longer than the grace period, or whose name a
+// current server now holds (the same server came back at another address).
+func (c *Controller) reconcileMembers(now time.Time) {
+	desired := c.desiredMembers()
+	current := map[string]bool{}
+	takenIDs, takenClusters := map[string]bool{}, map[string]bool{}
+	for _, m := range desired {
+		current[m.address] = true
+		takenIDs[m.id], takenClusters[m.cluster] = true, true
+		s := c.servers[m.address]
+		if s == nil {
+			s = &serverState{address: m.address, lastErrors: map[string]string{}}
+			c.servers[m.address] = s
+			c.log.Info("API server discovered", "address", m.address, "id", m.id, "cluster", m.cluster)
+		} else if s.id != m.id {
+			c.log.Info("API server ID changed", "address", m.address, "from", s.id, "to", m.id)
+		}
+		s.id, s.cluster, s.inDiscovery, s.lastSeen = m.id, m.cluster, true, now
+	}
+	for address, s := range c.servers {
+		if current[address] {
+			continue
+		}
+		switch {
+		case takenIDs[s.id] || takenClusters[s.cluster]:
+			c.log.Info("API server forgotten: its ID is now at another address", "address", address, "id", s.id)
+			c.forget(address)
+		case now.Sub(s.lastSeen) > c.opts.GracePeriod:
+			c.log.Info("API server forgotten: absent from discovery for longer than the grace period", "address", address, "id", s.id)
+			c.forget(address)
+		case s.inDiscovery:
+			s.inDiscovery = false
+			c.log.Warn("API server left discovery; it stays for the grace period", "address", address, "id", s.id, "grace", c.opts.GracePeriod)
+		}
+	}
+}
+
+func (c *Controller) forget(address string) {
+	delete(c.servers, address)
+	c.metrics.forgetServer(address)
+}
+
+// probeAll probes every server, at most MaxConcurrentFetches at once.
+func (c *Controller) probeAll(ctx context.Context) {
+	slots := make(chan struct{}, c.opts.MaxConcurrentFetches)
+	var wg sync.WaitGroup
+	for _, s := range c.servers {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			c.probe(ctx, s)
+		})
+	}
+	wg.Wait()
+	healthy := 0
+	for _, s := range c.servers {
+		if s.healthy {
+			healthy++
+		}
+	}
+	c.metrics.servers(len(c.servers), healthy)
+}
+
+// probe checks /readyz and, only when the server is ready, refreshes its
+// version and documents; every failure keeps what was there.
+func (c *Controller) probe(ctx context.Context, s *serverState) {
+	if ferr := c.fetcher.readyz(ctx, s.address); ferr != nil {
+		s.healthy = false
+		c.fetchFailed(ctx, s, ferr)
+		return
+	}
+	s.healthy, s.lastHealthy = true, time.Now()
+	c.fetchSucceeded(s, pathReadyz)
+	if version, ferr := c.fetcher.version(ctx, s.address); ferr != nil {
+		c.fetchFailed(ctx, s, ferr)
+	} else {
+		s.version = version
+		c.fetchSucceeded(s, pathVersion)
+	}
+	for _, d := range []struct {
+		path string
+		doc  *document
+	}{{pathAPIs, &s.apis}, {pathCore, &s.core}} {
+		fresh, ferr := c.fetcher.document(ctx, s.address, d.path, *d.doc)
+		if ferr != nil {
+			c.fetchFailed(ctx, s, ferr)
+			continue
+		}
+		*d.doc = fresh
+		c.fetchSucceeded(s, d.path)
+	}
+}
+
+func (c *Controller) fetchFailed(ctx context.Context, s *serverState, ferr *fetchError) {
+	if ctx.Err() != nil {
+		return // shutting down: not the server's fault
+	}
+	c.metrics.fetchError(s.address, ferr)
+	if s.lastErrors[ferr.path] != ferr.reason {
+		c.log.Warn("API server request failed; keeping its last good answer", "address", s.address, "id", s.id,
+			"path", ferr.path, "reason", ferr.reason, "err", ferr.err)
+	}
+	s.lastErrors[ferr.path] = ferr.reason
+}
+
+func (c *Controller) fetchSucceeded(s *serverState, path string) {
+	if reason, failed := s.lastErrors[path]; failed {
+		c.log.Info("API server request recovered", "address", s.address, "id", s.id, "path", path, "after", reason)
+		delete(s.lastErrors, path)
+	}
+}
+
+// expireUnhealthy drops the documents of servers that have not been healthy
+// for longer than the grace period, which takes them out of the snapshot.
+func (c *Controller) expireUnhealthy(now time.Time) {
+	for _, s := range c.servers {
+		if !s.healthy && s.complete() && now.Sub(s.lastHealthy) > c.opts.GracePeriod {
+			c.log.Warn("API server removed from the snapshot: unhealthy for longer than the grace period",
+				"address", s.address, "id", s.id, "grace", c.opts.GracePeriod)
+			s.forgetDocuments()
+		}
+	}
+}
+
+// publish builds the snapshot and hands it over when it changed, or when the
+// previous hand-over failed.
+func (c *Controller) publish(now time.Time) {
+	servers := c.snapshotServers()
+	body := encodeServers(servers)
+	if !bytes.Equal(body, c.lastServers) {
+		c.lastServers = body
+		c.pending = c.build(servers, body)
+		c.unpublishable = c.pending == nil
+	}
+	if c.pending != nil {
+		if err := c.opts.OnSnapshot(c.pending.raw, c.pending.snap); err != nil {
+			c.metrics.publishError()
+			c.log.Error("publishing the snapshot failed; retrying on the next poll", "generation", c.pending.snap.Generation, "err", err)
+			return
+		}
+		c.mu.Lock()
+		c.current = c.pending
+		c.mu.Unlock()
+		c.pending = nil
+		c.metrics.published(c.current.snap.Generation, len(c.current.snap.Servers))
+		c.log.Info("snapshot published", "generation", c.current.snap.Generation, "servers", len(c.current.snap.Servers))
+		c.ready.Store(true)
+	}
+	if !c.unpublishable && slices.ContainsFunc(servers, func(s *serverState) bool { return s.healthy }) {
+		c.metrics.pollSucceeded(now)
+	}
+}
+
+// build numbers and validates a new snapshot; nil means there is nothing
+// publishable and the current snapshot stays.
+func (c *Controller) build(servers []*serverState, body []byte) *published {
+	if len(servers) == 0 {
+		if c.current != nil {
+			c.log.Warn("no API server left in the snapshot; the last published snapshot stays current")
+		}
+		return nil
+	}
+	c.generation++
+	raw := make([]byte, 0, len(body)+40)
+	raw = append(raw, `{"generation":`...)
+	raw = strconv.AppendUint(raw, c.generation, 10)
+	raw = append(raw, `,"servers":`...)
+	raw = append(raw, body...)
+	raw = append(raw, '}')
+	snap, err := discovery.ParseSnapshot(raw)
+	if err != nil {
+		c.metrics.invalidSnapshot()
+		c.log.Error("built snapshot is invalid and was not published", "generation", c.generation, "err", err)
+		return nil
+	}
+	addresses := make(map[string]string, len(servers))
+	for _, s := range servers {
+		addresses[s.cluster] = s.address
+	}
+	return &published{raw: raw, snap: snap, addresses: addresses}
+}
+
+// snapshotServers are the servers with documents, sorted by ID, at most
+// discovery.MaxServers of them.
+func (c *Controller) snapshotServers() []*serverState {
+	var servers []*serverState
+	for _, s := range c.servers {
+		if s.complete() {
+			servers = append(servers, s)
+		}
+	}
+	slices.SortFunc(servers, func(a, b *serverState) int { return cmp.Compare(a.id, b.id) })
+	if len(servers) > discovery.MaxServers {
+		c.notices.warn("too-many-servers", "more API servers than a snapshot holds; the ones sorting last by ID are left out",
+			"servers", len(servers), "max", discovery.MaxServers)
+		servers = servers[:discovery.MaxServers]
+	}
+	return servers
+}
+
+// encodeServers writes the snapshot's "servers" array with every document
+// embedded byte for byte as the server sent it.
+func encodeServers(servers []*serverState) []byte {
+	size := 2
+	for _, s := range servers {
+		// Documents plus room for the other members of the object.
+		size += len(s.apis.raw) + len(s.core.raw) + 2*len(s.id) + 2*len(s.cluster) + len(s.version) + 96
+	}
+	var b bytes.Buffer
+	b.Grow(size)
+	b.WriteByte('[')
+	for i, s := range servers {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"id":`)
+		writeJSONString(&b, s.id)
+		b.WriteString(`,"cluster":`)
+		writeJSONString(&b, s.cluster)
+		b.WriteString(`,"version":`)
+		writeJSONString(&b, s.version)
+		b.WriteString(`,"healthy":`)
+		b.WriteString(strconv.FormatBool(s.healthy))
+		b.WriteString(`,"apis":`)
+		b.Write(s.apis.raw)
+		b.WriteString(`,"api":`)
+		b.Write(s.core.raw)
+		b.WriteByte('}')
+	}
+	b.WriteByte(']')
+	return b.Bytes()
+}
+
+func writeJSONString(b *bytes.Buffer, s string) {
+	// Marshalling a string cannot fail.
+	out, _ := json.Marshal(s)
+	b.Write(out)
+}
+
+// notices logs each distinct problem once while it persists: a bad lease is
+// reported when it appears, not on every poll.
+type notices struct {
+	log           *slog.Logger
+	seen, current map[string]bool
+}
+
+func newNotices(log *slog.Logger) *notices {
+	return &notices{log: log, seen: map[string]bool{}, current: map[string]bool{}}
+}
+
+func (n *notices) warn(key, msg string, args ...any) {
+	n.current[key] = true
+	if !n.seen[key] {
+		n.log.Warn(msg, args...)
+	}
+}
+
+// endRound forgets problems that were not reported again this round.
+func (n *notices) endRound() {
+	n.seen, n.current = n.current, map[string]bool{}
+}

@@ -1,0 +1,22 @@
+// Package controller keeps skewgate's discovery snapshot current: which API
+// servers exist, what each one serves (its own nopeer /apis and /api) and
+// whether it is healthy.
+//
+// Servers come from a static list and, given a cluster client, from the
+// identity Leases in kube-system (annotation kubernetes.io/peer-advertise-address)
+// and the default/kubernetes EndpointSlices for servers that do not announce an
+// address. Every poll interval each server is probed: /readyz decides health,
+// and only a ready server is asked for /version, /apis and /api, because a
+// server that is still starting may serve incomplete discovery. Documents are
+// revalidated with If-None-Match; any bad answer keeps the server's last good
+// document.
+//
+// Liveness comes from the probes, not from lease age (a crashed server's lease
+// lingers for hours): a server that fails /readyz is marked unhealthy in the
+// next snapshot and leaves the snapshot once it has been unhealthy, or absent
+// from discovery, for longer than the grace period.
+//
+// A new snapshot, with the next generation number, is built only when
+// something in it changed, validated with discovery.ParseSnapshot and handed to
+// Options.OnSnapshot; a failed hand-over is retried on every poll.
+package controller

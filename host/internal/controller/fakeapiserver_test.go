@@ -1,0 +1,412 @@
+package controller
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/discovery/discoverytest"
+)
+
+// aggregatedContentType is what API servers label aggregated discovery with.
+const aggregatedContentType = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+
+// fakeDocument is how a fake API server answers /apis or /api.
+type fakeDocument struct {
+	status      int
+	contentType string
+	body        []byte
+	etag        string // empty: the server sends no ETag and ignores If-None-Match
+	// declareLength sends Content-Length up front instead of chunking a large body.
+	declareLength bool
+}
+
+// aggregatedDocument is a well-formed answer with an ETag, its body ending in
+// a newline like a real API server's.
+func aggregatedDocument(groups map[string][]string, core bool) fakeDocument {
+	body := append(discoverytest.GroupListJSON(groups, core), '\n')
+	return fakeDocument{status: http.StatusOK, contentType: aggregatedContentType, body: body, etag: etagOf(body)}
+}
+
+func etagOf(body []byte) string {
+	sum := sha256.Sum256(body)
+	return `"` + strings.ToUpper(hex.EncodeToString(sum[:])) + `"`
+}
+
+// fakeAPIServer is an HTTPS server answering /readyz, /version, /apis and /api
+// the way kube-apiserver does, authenticating the controller either as a front
+// proxy (client certificate from the front-proxy CA plus X-Remote-* headers) or
+// by bearer token.
+type fakeAPIServer struct {
+	srv         *httptest.Server
+	address     string
+	bearerToken string
+
+	mu           sync.Mutex
+	ready        bool
+	version      string
+	docs         map[string]fakeDocument
+	requests     map[string]int
+	notModified  map[string]int
+	failedReadyz int
+	lastReadyOK  time.Time
+	authFailures int
+	lastHeaders  map[string]http.Header
+}
+
+// fakeServerOption adjusts a fake API server before it starts.
+type fakeServerOption func(f *fakeAPIServer, tlsConfig *tls.Config)
+
+// withServingCert replaces the serving certificate signed by the peer CA.
+func withServingCert(cert tls.Certificate) fakeServerOption {
+	return func(_ *fakeAPIServer, c *tls.Config) { c.Certificates = []tls.Certificate{cert} }
+}
+
+// withBearerToken authenticates requests by token instead of as a front proxy.
+func withBearerToken(token string) fakeServerOption {
+	return func(f *fakeAPIServer, c *tls.Config) {
+		f.bearerToken = token
+		c.ClientAuth = tls.NoClientCert
+	}
+}
+
+func newFakeAPIServer(t *testing.T, pki *testPKI, version string, groups map[string][]string, opts ...fakeServerOption) *fakeAPIServer {
+	t.Helper()
+	f := &fakeAPIServer{
+		ready:   true,
+		version: version,
+		docs: map[string]fakeDocument{
+			pathAPIs: aggregatedDocument(groups, false),
+			pathCore: aggregatedDocument(groups, true),
+		},
+		requests:    map[string]int{},
+		notModified: map[string]int{},
+		lastHeaders: map[string]http.Header{},
+	}
+	clientCAs := x509.NewCertPool()
+	clientCAs.AddCert(pki.frontProxy.cert)
+	tlsConfig := &tls.Config{
+		Certificates: []tls.Certificate{pki.servingCert},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    clientCAs,
+	}
+	for _, o := range opts {
+		o(f, tlsConfig)
+	}
+	f.srv = httptest.NewUnstartedServer(f)
+	f.srv.TLS = tlsConfig
+	// Refused handshakes are what some tests expect; keep them out of the output.
+	f.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	f.srv.StartTLS()
+	f.address = f.srv.Listener.Addr().String()
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeAPIServer) url() string { return "https://" + f.address }
+
+func (f *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.requests[r.URL.Path]++
+	f.lastHeaders[r.URL.Path] = r.Header.Clone()
+	if !f.authenticated(r) {
+		f.authFailures++
+		http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		return
+	}
+	switch r.URL.Path {
+	case pathReadyz:
+		if !f.ready {
+			f.failedReadyz++
+			http.Error(w, "[-]etcd failed: reason withheld\nreadyz check failed", http.StatusInternalServerError)
+			return
+		}
+		f.lastReadyOK = time.Now()
+		w.Write([]byte("ok"))
+	case pathVersion:
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]string{"major": "1", "gitVersion": f.version, "platform": "linux/amd64"})
+	case pathAPIs, pathCore:
+		doc := f.docs[r.URL.Path]
+		if doc.etag != "" && r.Header.Get("If-None-Match") == doc.etag {
+			f.notModified[r.URL.Path]++
+			w.Header().Set("ETag", doc.etag)
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.Header().Set("Content-Type", doc.contentType)
+		if doc.etag != "" {
+			w.Header().Set("ETag", doc.etag)
+		}
+		if doc.declareLength {
+			w.Header().Set("Content-Length", strconv.Itoa(len(doc.body)))
+		}
+		w.WriteHeader(doc.status)
+		w.Write(doc.body)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (f *fakeAPIServer) authenticated(r *http.Request) bool {
+	if f.bearerToken != "" {
+		return r.Header.Get("Authorization") == "Bearer "+f.bearerToken && r.Header.Get("X-Remote-User") == ""
+	}
+	return r.TLS != nil && len(r.TLS.PeerCertificates) > 0 &&
+		r.Header.Get("X-Remote-User") == RemoteUser && r.Header.Get("X-Remote-Group") == RemoteGroup
+}
+
+func (f *fakeAPIServer) setReady(ready bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ready = ready
+}
+
+func (f *fakeAPIServer) setVersion(version string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.version = version
+}
+
+func (f *fakeAPIServer) setDocument(path string, doc fakeDocument) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.docs[path] = doc
+}
+
+func (f *fakeAPIServer) document(path string) fakeDocument {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.docs[path]
+}
+
+func (f *fakeAPIServer) requestCount(path string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.requests[path]
+}
+
+func (f *fakeAPIServer) totalRequests() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.requests {
+		n += c
+	}
+	return n
+}
+
+func (f *fakeAPIServer) notModifiedCount(path string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.notModified[path]
+}
+
+func (f *fakeAPIServer) failedReadyzCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.failedReadyz
+}
+
+func (f *fakeAPIServer) lastReadyAnswer() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastReadyOK
+}
+
+func (f *fakeAPIServer) authFailureCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.authFailures
+}
+
+func (f *fakeAPIServer) header(path string) http.Header {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastHeaders[path]
+}
+
+// recorder is an OnSnapshot callback that keeps every snapshot offered to it
+// and can refuse the first few.
+type recorder struct {
+	mu     sync.Mutex
+	offers []offer
+	refuse int
+	// onOffer runs inside the callback, before it answers.
+	onOffer func(snap *discovery.Snapshot)
+}
+
+// offer is one call of the callback.
+type offer struct {
+	snap *discovery.Snapshot
+	raw  []byte
+	at   time.Time
+}
+
+func (r *recorder) OnSnapshot(raw []byte, snap *discovery.Snapshot) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.offers = append(r.offers, offer{snap, raw, time.Now()})
+	if r.onOffer != nil {
+		r.onOffer(snap)
+	}
+	if r.refuse > 0 {
+		r.refuse--
+		return errRefused
+	}
+	return nil
+}
+
+var errRefused = errors.New("consumer refused the snapshot")
+
+func (r *recorder) all() []offer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.offers)
+}
+
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.offers)
+}
+
+// waitOffer waits for an offered snapshot satisfying match.
+func (r *recorder) waitOffer(t *testing.T, what string, match func(*discovery.Snapshot) bool) offer {
+	t.Helper()
+	var found offer
+	waitUntil(t, what, func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, o := range r.offers {
+			if match(o.snap) {
+				found = o
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// waitUntil polls cond until it holds, failing the test after a deadline far
+// beyond what any condition here needs.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// testOptions are fast-polling options for servers of pki, with the
+// front-proxy credentials.
+func testOptions(pki *testPKI, rec *recorder, servers ...*fakeAPIServer) Options {
+	o := Options{
+		PeerCAFile:         pki.peerCAFile,
+		FrontProxyCertFile: pki.clientCertFile,
+		FrontProxyKeyFile:  pki.clientKeyFile,
+		PollInterval:       20 * time.Millisecond,
+		RequestTimeout:     5 * time.Second,
+		GracePeriod:        time.Hour,
+		OnSnapshot:         rec.OnSnapshot,
+		Logger:             discardLogger(),
+	}
+	for _, s := range servers {
+		o.StaticServers = append(o.StaticServers, s.url())
+	}
+	return o
+}
+
+// startController runs a controller for the rest of the test.
+func startController(t *testing.T, opts Options) *Controller {
+	t.Helper()
+	c, err := New(opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	run(t, c)
+	return c
+}
+
+// run runs c until the test ends.
+func run(t *testing.T, c *Controller) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
+// metricValue reads one sample, identified by its name and labels exactly as
+// exposed, from the controller's Prometheus output; absent samples are 0.
+func metricValue(t *testing.T, c *Controller, series string) float64 {
+	t.Helper()
+	var out strings.Builder
+	if err := c.WritePrometheus(&out); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(strings.NewReader(out.String()))
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if ok && name == series {
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				t.Fatalf("sample %q: %v", sc.Text(), err)
+			}
+			return v
+		}
+	}
+	return 0
+}
+
+func fetchErrorSeries(address, path, reason string) string {
+	return `skewgate_controller_fetch_errors_total{server="` + address + `",path="` + path + `",reason="` + reason + `"}`
+}
+
+// serverByID returns the snapshot's server with id, or nil.
+func serverByID(snap *discovery.Snapshot, id string) *discovery.Server {
+	for i := range snap.Servers {
+		if snap.Servers[i].ID == id {
+			return &snap.Servers[i]
+		}
+	}
+	return nil
+}
+
+// snapshotIDs lists the snapshot's server IDs in order.
+func snapshotIDs(snap *discovery.Snapshot) []string {
+	var ids []string
+	for _, s := range snap.Servers {
+		ids = append(ids, s.ID)
+	}
+	return ids
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,0 +1,225 @@
+package controller
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/skewgate/skewgate/discovery"
+)
+
+// acceptAggregated asks for the server's own aggregated discovery (nopeer), as
+// upstream's peer discovery does, falling back to plain aggregated discovery on
+// servers that do not know the profile.
+const acceptAggregated = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer," +
+	"application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+
+// The paths probed on every server.
+const (
+	pathReadyz  = "/readyz"
+	pathVersion = "/version"
+	pathAPIs    = "/apis"
+	pathCore    = "/api"
+)
+
+// Why a request failed; the values label the fetch error metric.
+const (
+	reasonUnreachable = "unreachable"
+	reasonTimeout     = "timeout"
+	reasonTLS         = "tls"
+	reasonNotReady    = "not_ready"
+	reasonStatus      = "status"
+	reasonTooLarge    = "too_large"
+	reasonContentType = "content_type"
+	reasonMalformed   = "malformed"
+)
+
+// fetchError is a failed request to one server.
+type fetchError struct {
+	path   string
+	reason string
+	err    error
+}
+
+func (e *fetchError) Error() string { return e.path + ": " + e.reason + ": " + e.err.Error() }
+
+// document is a discovery document as a server served it, with its ETag.
+type document struct {
+	raw  []byte
+	etag string
+}
+
+// fetcher performs the bounded, verified requests of one probe.
+type fetcher struct {
+	client   *backendClient
+	timeout  time.Duration
+	maxBytes int64
+}
+
+// response is what get keeps of an answer.
+type response struct {
+	status      int
+	body        []byte
+	etag        string
+	contentType string
+}
+
+func (f *fetcher) get(ctx context.Context, address, path, accept, ifNoneMatch string) (response, *fetchError) {
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+address+path, nil)
+	if err != nil {
+		return response{}, &fetchError{path, reasonUnreachable, err}
+	}
+	for k, v := range f.client.identity {
+		req.Header[k] = v
+	}
+	req.Header.Set("Accept", accept)
+	req.Header.Set("User-Agent", "skewgate-controller")
+	if ifNoneMatch != "" {
+		req.Header.Set("If-None-Match", ifNoneMatch)
+	}
+	resp, err := f.client.http.Do(req)
+	if err != nil {
+		return response{}, &fetchError{path, transportReason(err), err}
+	}
+	defer resp.Body.Close()
+	out := response{status: resp.StatusCode, etag: resp.Header.Get("ETag"), contentType: resp.Header.Get("Content-Type")}
+	if resp.ContentLength > f.maxBytes {
+		return out, &fetchError{path, reasonTooLarge, fmt.Errorf("Content-Length %d exceeds %d bytes", resp.ContentLength, f.maxBytes)}
+	}
+	out.body, err = io.ReadAll(io.LimitReader(resp.Body, f.maxBytes+1))
+	if err != nil {
+		return out, &fetchError{path, transportReason(err), err}
+	}
+	if int64(len(out.body)) > f.maxBytes {
+		return out, &fetchError{path, reasonTooLarge, fmt.Errorf("body exceeds %d bytes", f.maxBytes)}
+	}
+	return out, nil
+}
+
+// transportReason tells a refused certificate and a timeout apart from other
+// connection failures.
+func transportReason(err error) string {
+	var verifyErr *tls.CertificateVerificationError
+	var unknownAuthority x509.UnknownAuthorityError
+	var hostnameErr x509.HostnameError
+	var invalidCert x509.CertificateInvalidError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &verifyErr), errors.As(err, &unknownAuthority), errors.As(err, &hostnameErr), errors.As(err, &invalidCert):
+		return reasonTLS
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return reasonTimeout
+	default:
+		return reasonUnreachable
+	}
+}
+
+// readyz reports whether the server answers /readyz with 200.
+func (f *fetcher) readyz(ctx context.Context, address string) *fetchError {
+	resp, ferr := f.get(ctx, address, pathReadyz, "text/plain", "")
+	if ferr != nil {
+		return ferr
+	}
+	if resp.status != http.StatusOK {
+		return &fetchError{pathReadyz, reasonNotReady, fmt.Errorf("HTTP %d", resp.status)}
+	}
+	return nil
+}
+
+// version returns the server's gitVersion.
+func (f *fetcher) version(ctx context.Context, address string) (string, *fetchError) {
+	resp, ferr := f.get(ctx, address, pathVersion, "application/json", "")
+	if ferr != nil {
+		return "", ferr
+	}
+	if resp.status != http.StatusOK {
+		return "", &fetchError{pathVersion, reasonStatus, fmt.Errorf("HTTP %d", resp.status)}
+	}
+	var info struct {
+		GitVersion string `json:"gitVersion"`
+	}
+	if err := json.Unmarshal(resp.body, &info); err != nil {
+		return "", &fetchError{pathVersion, reasonMalformed, err}
+	}
+	if err := checkVersion(info.GitVersion); err != nil {
+		return "", &fetchError{pathVersion, reasonMalformed, err}
+	}
+	return info.GitVersion, nil
+}
+
+// checkVersion applies the snapshot's rule for version strings here, so that
+// one odd server is refused alone instead of invalidating the whole snapshot.
+func checkVersion(v string) error {
+	if v == "" || len(v) > maxNameLength {
+		return fmt.Errorf("gitVersion %q must be 1 to %d characters", v, maxNameLength)
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c <= ' ' || c >= 0x7f {
+			return fmt.Errorf("gitVersion %q: only printable ASCII without spaces is allowed", v)
+		}
+	}
+	return nil
+}
+
+// document fetches /apis or /api, revalidating cached with If-None-Match. It
+// returns cached unchanged on 304 and a new document only when the answer is
+// an aggregated discovery list the snapshot can carry.
+func (f *fetcher) document(ctx context.Context, address, path string, cached document) (document, *fetchError) {
+	var ifNoneMatch string
+	if cached.raw != nil {
+		ifNoneMatch = cached.etag
+	}
+	resp, ferr := f.get(ctx, address, path, acceptAggregated, ifNoneMatch)
+	if ferr != nil {
+		return cached, ferr
+	}
+	switch {
+	case resp.status == http.StatusNotModified && ifNoneMatch != "":
+		return cached, nil
+	case resp.status != http.StatusOK:
+		return cached, &fetchError{path, reasonStatus, fmt.Errorf("HTTP %d", resp.status)}
+	case !isAggregatedDiscovery(resp.contentType):
+		return cached, &fetchError{path, reasonContentType, fmt.Errorf("Content-Type %q is not an aggregated discovery list", resp.contentType)}
+	}
+	list, err := discovery.ParseGroupList(resp.body)
+	if err != nil {
+		return cached, &fetchError{path, reasonMalformed, err}
+	}
+	if err := checkPlacement(path, list); err != nil {
+		return cached, &fetchError{path, reasonMalformed, err}
+	}
+	return document{raw: resp.body, etag: resp.etag}, nil
+}
+
+// isAggregatedDiscovery accepts the media type API servers label aggregated
+// discovery with: application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList.
+func isAggregatedDiscovery(contentType string) bool {
+	mediaType, params, err := mime.ParseMediaType(contentType)
+	return err == nil && mediaType == "application/json" &&
+		params["g"] == "apidiscovery.k8s.io" && params["v"] == "v2" && params["as"] == "APIGroupDiscoveryList"
+}
+
+// checkPlacement enforces what the snapshot requires: the core group only at
+// /api, and nothing else there.
+func checkPlacement(path string, list discovery.GroupList) error {
+	for i := range list.Items {
+		name := list.Items[i].Name()
+		if path == pathAPIs && name == "" {
+			return fmt.Errorf("items[%d]: the core group belongs at /api", i)
+		}
+		if path == pathCore && name != "" {
+			return fmt.Errorf("items[%d] (%s): only the core group belongs at /api", i, name)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,67 @@
+package controller
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestWritePrometheusExposesEveryMetricInTextFormat(t *testing.T) {
+	c := &Controller{metrics: newMetrics()}
+	m := c.metrics
+	failure := errors.New("boom")
+	m.fetchError("10.0.0.2:6443", &fetchError{pathAPIs, reasonMalformed, failure})
+	m.fetchError("10.0.0.1:6443", &fetchError{pathReadyz, reasonUnreachable, failure})
+	m.fetchError("10.0.0.1:6443", &fetchError{pathReadyz, reasonUnreachable, failure})
+	m.fetchError("odd\"server\\\n", &fetchError{pathAPIs, reasonStatus, failure})
+	m.publishError()
+	m.invalidSnapshot()
+	m.published(7, 2)
+	m.servers(3, 2)
+	m.pollSucceeded(time.UnixMilli(1767225600123))
+
+	var out strings.Builder
+	if err := c.WritePrometheus(&out); err != nil {
+		t.Fatal(err)
+	}
+	want := `# HELP skewgate_controller_fetch_errors_total Failed requests to API servers, by server address, path and reason.
+# TYPE skewgate_controller_fetch_errors_total counter
+skewgate_controller_fetch_errors_total{server="10.0.0.1:6443",path="/readyz",reason="unreachable"} 2
+skewgate_controller_fetch_errors_total{server="10.0.0.2:6443",path="/apis",reason="malformed"} 1
+skewgate_controller_fetch_errors_total{server="odd\"server\\\n",path="/apis",reason="status"} 1
+# HELP skewgate_controller_publish_errors_total Snapshots the OnSnapshot callback refused.
+# TYPE skewgate_controller_publish_errors_total counter
+skewgate_controller_publish_errors_total 1
+# HELP skewgate_controller_invalid_snapshots_total Built snapshots that failed validation and were not published.
+# TYPE skewgate_controller_invalid_snapshots_total counter
+skewgate_controller_invalid_snapshots_total 1
+# HELP skewgate_controller_snapshot_generation Generation of the last published snapshot.
+# TYPE skewgate_controller_snapshot_generation gauge
+skewgate_controller_snapshot_generation 7
+# HELP skewgate_controller_snapshot_servers API servers in the last published snapshot.
+# TYPE skewgate_controller_snapshot_servers gauge
+skewgate_controller_snapshot_servers 2
+# HELP skewgate_controller_servers API servers known and probed.
+# TYPE skewgate_controller_servers gauge
+skewgate_controller_servers 3
+# HELP skewgate_controller_servers_healthy API servers whose last /readyz probe answered 200.
+# TYPE skewgate_controller_servers_healthy gauge
+skewgate_controller_servers_healthy 2
+# HELP skewgate_controller_last_successful_poll_timestamp_seconds End of the last poll after which at least one server was healthy and the published snapshot was up to date.
+# TYPE skewgate_controller_last_successful_poll_timestamp_seconds gauge
+skewgate_controller_last_successful_poll_timestamp_seconds 1767225600.123
+`
+	if got := out.String(); got != want {
+		t.Errorf("exposition differs:\n--- got\n%s--- want\n%s", got, want)
+	}
+
+	m.forgetServer("10.0.0.1:6443")
+	out.Reset()
+	if err := c.WritePrometheus(&out); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), `server="10.0.0.1:6443"`) || !strings.Contains(out.String(), `server="10.0.0.2:6443"`) {
+		t.Errorf("forgetting 10.0.0.1:6443 left:\n%s", out.String())
+	}
+}

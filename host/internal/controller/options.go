@@ -1,0 +1,218 @@
+package controller
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/skewgate/skewgate/discovery"
+)
+
+// Defaults for Options fields left zero.
+const (
+	DefaultPollInterval         = 5 * time.Second
+	DefaultRequestTimeout       = 5 * time.Second
+	DefaultGracePeriod          = 5 * time.Minute
+	DefaultMaxResponseBytes     = 8 << 20
+	DefaultMaxConcurrentFetches = 8
+	// DefaultServerName is the name API servers' serving certificates are
+	// verified against, as upstream does between peers.
+	DefaultServerName = "kubernetes.default.svc"
+)
+
+// The request-header identity presented together with the front-proxy client
+// certificate; API servers trust it because they trust the front-proxy CA.
+const (
+	RemoteUser  = "system:skewgate-controller"
+	RemoteGroup = "system:authenticated"
+)
+
+// Options configures a Controller. OnSnapshot, PeerCAFile, at least one source
+// of servers and one kind of credentials are required; zero durations and
+// limits take the defaults above.
+type Options struct {
+	// StaticServers are API server URLs, https://host:port (the --apiserver flag).
+	StaticServers []string
+	// RESTConfig, when set, makes the controller discover servers from the
+	// cluster (identity Leases and the kubernetes Service's EndpointSlices). Its
+	// credentials authenticate the controller to the servers when no front-proxy
+	// certificate is given; its own TLS settings are replaced by PeerCAFile and
+	// ServerName for those connections.
+	RESTConfig *rest.Config
+	// Clientset, when set, is used for the cluster discovery instead of one built
+	// from RESTConfig; it also enables that discovery on its own.
+	Clientset kubernetes.Interface
+
+	// PeerCAFile holds the CA certificates that sign the servers' serving
+	// certificates (--peer-ca-file).
+	PeerCAFile string
+	// ServerName is verified in every server's certificate; default
+	// DefaultServerName.
+	ServerName string
+	// FrontProxyCertFile and FrontProxyKeyFile are the front-proxy client
+	// certificate; with them the controller identifies as RemoteUser.
+	FrontProxyCertFile string
+	FrontProxyKeyFile  string
+
+	// PollInterval is how often every server is probed.
+	PollInterval time.Duration
+	// RequestTimeout bounds each request to a server. A server that stops
+	// answering is marked unhealthy once its /readyz times out, so keep it at
+	// most PollInterval.
+	RequestTimeout time.Duration
+	// GracePeriod is how long a server that stopped answering, or left
+	// discovery, stays in the snapshot (marked unhealthy) before it is removed.
+	GracePeriod time.Duration
+	// MaxResponseBytes bounds every response body.
+	MaxResponseBytes int64
+	// MaxConcurrentFetches bounds how many servers are probed at once.
+	MaxConcurrentFetches int
+
+	// OnSnapshot receives every new snapshot: its JSON and the parsed form,
+	// which must not be modified. An error is logged, counted and the same
+	// snapshot is offered again on the next poll.
+	OnSnapshot func(raw []byte, snap *discovery.Snapshot) error
+	// Logger receives structured logs; default slog.Default().
+	Logger *slog.Logger
+}
+
+// complete validates o and fills in defaults.
+func (o Options) complete() (Options, error) {
+	if o.OnSnapshot == nil {
+		return o, errors.New("controller: OnSnapshot is required")
+	}
+	if o.PeerCAFile == "" {
+		return o, errors.New("controller: PeerCAFile is required: the CA that signs the API servers' serving certificates")
+	}
+	if len(o.StaticServers) == 0 && o.RESTConfig == nil && o.Clientset == nil {
+		return o, errors.New("controller: no API servers: give StaticServers, a RESTConfig or a Clientset")
+	}
+	if (o.FrontProxyCertFile == "") != (o.FrontProxyKeyFile == "") {
+		return o, errors.New("controller: FrontProxyCertFile and FrontProxyKeyFile must be given together")
+	}
+	if o.FrontProxyCertFile == "" && o.RESTConfig == nil {
+		return o, errors.New("controller: no credentials for the API servers: give FrontProxyCertFile and FrontProxyKeyFile, or a RESTConfig")
+	}
+	if o.ServerName == "" {
+		o.ServerName = DefaultServerName
+	}
+	for _, d := range []struct {
+		name  string
+		value *time.Duration
+		def   time.Duration
+	}{
+		{"PollInterval", &o.PollInterval, DefaultPollInterval},
+		{"RequestTimeout", &o.RequestTimeout, DefaultRequestTimeout},
+		{"GracePeriod", &o.GracePeriod, DefaultGracePeriod},
+	} {
+		if *d.value < 0 {
+			return o, fmt.Errorf("controller: %s must be positive, got %v", d.name, *d.value)
+		}
+		if *d.value == 0 {
+			*d.value = d.def
+		}
+	}
+	if o.MaxResponseBytes < 0 {
+		return o, fmt.Errorf("controller: MaxResponseBytes must be positive, got %d", o.MaxResponseBytes)
+	}
+	if o.MaxResponseBytes == 0 {
+		o.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if o.MaxConcurrentFetches < 0 {
+		return o, fmt.Errorf("controller: MaxConcurrentFetches must be positive, got %d", o.MaxConcurrentFetches)
+	}
+	if o.MaxConcurrentFetches == 0 {
+		o.MaxConcurrentFetches = DefaultMaxConcurrentFetches
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, nil
+}
+
+// backendClient is how the controller talks to API servers: an HTTP client
+// that verifies every server against the peer CA and ServerName, and the
+// identity headers to send with each request.
+type backendClient struct {
+	http     *http.Client
+	identity http.Header
+}
+
+func newBackendClient(o Options) (*backendClient, error) {
+	caPEM, err := os.ReadFile(o.PeerCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("controller: PeerCAFile: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("controller: PeerCAFile %s: no PEM certificate found", o.PeerCAFile)
+	}
+	client := &backendClient{identity: http.Header{}}
+	var transport http.RoundTripper
+	if o.FrontProxyCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(o.FrontProxyCertFile, o.FrontProxyKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("controller: front-proxy certificate: %w", err)
+		}
+		transport = &http.Transport{
+			TLSClientConfig: &tls.Config{
+				RootCAs:      roots,
+				ServerName:   o.ServerName,
+				Certificates: []tls.Certificate{cert},
+				MinVersion:   tls.VersionTLS12,
+			},
+			// Servers are addressed by their advertised IP on the control-plane
+			// network: never through an environment proxy.
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: o.RequestTimeout, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:   true,
+			TLSHandshakeTimeout: o.RequestTimeout,
+			MaxIdleConnsPerHost: 2,
+			IdleConnTimeout:     90 * time.Second,
+		}
+		client.identity.Set("X-Remote-User", RemoteUser)
+		client.identity.Set("X-Remote-Group", RemoteGroup)
+	} else {
+		transport, err = restTransport(o, caPEM)
+		if err != nil {
+			return nil, err
+		}
+	}
+	client.http = &http.Client{
+		Transport: transport,
+		// A redirect would carry the client certificate and identity elsewhere;
+		// a 3xx is just a failed answer.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return client, nil
+}
+
+// restTransport carries RESTConfig's credentials (token, client certificate,
+// exec plugin ...) but verifies servers with the peer CA and ServerName,
+// whatever the config says about TLS.
+func restTransport(o Options, caPEM []byte) (http.RoundTripper, error) {
+	cfg := rest.CopyConfig(o.RESTConfig)
+	if cfg.Transport != nil {
+		return nil, errors.New("controller: RESTConfig.Transport is set, so its TLS settings cannot be replaced by PeerCAFile and ServerName: give FrontProxyCertFile and FrontProxyKeyFile instead")
+	}
+	cfg.TLSClientConfig.Insecure = false
+	cfg.TLSClientConfig.CAFile = ""
+	cfg.TLSClientConfig.CAData = caPEM
+	cfg.TLSClientConfig.ServerName = o.ServerName
+	cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
+	rt, err := rest.TransportFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("controller: RESTConfig credentials: %w", err)
+	}
+	return rt, nil
+}
