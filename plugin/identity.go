@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -74,25 +75,15 @@ func nextAttribute(s string) (attr, value, rest string, err error) {
 		if i+1 >= len(s) {
 			return "", "", "", errors.New("malformed certificate subject: dangling escape")
 		}
-		if i+2 < len(s) && unhex(s[i+1]) >= 0 && unhex(s[i+2]) >= 0 {
-			b.WriteByte(byte(unhex(s[i+1])<<4 | unhex(s[i+2])))
-			i += 2
-			continue
+		if i+2 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 2
+				continue
+			}
 		}
 		b.WriteByte(s[i+1])
 		i++
 	}
 	return attr, b.String(), s[min(i, len(s)):], nil
-}
-
-func unhex(c byte) int {
-	switch {
-	case c >= '0' && c <= '9':
-		return int(c - '0')
-	case c >= 'a' && c <= 'f':
-		return int(c-'a') + 10
-	case c >= 'A' && c <= 'F':
-		return int(c-'A') + 10
-	}
-	return -1
 }
