@@ -212,27 +212,17 @@ func proxyGetHeaderMapValue(inst *instance, stack []uint64) {
 	stack[0] = uint64(statusNotFound)
 }
 
-// proxy_add_header_map_value(type, key_data, key_size, value_data, value_size)
-func proxyAddHeaderMapValue(inst *instance, stack []uint64) {
-	key, value, ok := inst.readKeyValue(stack)
-	if !ok {
-		stack[0] = uint64(statusInvalidMemoryAccess)
-		return
-	}
-	s, st := inst.headerMap(u32(stack[0]), true)
-	if st == statusOK && !validHeader(key, value) {
-		st = statusBadArgument
-	}
-	if st == statusOK {
-		s.headers = append(s.headers, [2]string{lowerString(key), string(value)})
-		s.routeCacheCleared = true
-	}
-	stack[0] = uint64(st)
-}
+// proxy_add_header_map_value(type, key_data, key_size, value_data, value_size): appends a value, as a field of
+// its own (Envoy addCopy).
+func proxyAddHeaderMapValue(inst *instance, stack []uint64) { writeHeaderMapValue(inst, stack, false) }
 
 // proxy_replace_header_map_value(type, key_data, key_size, value_data, value_size): removes every value of the
 // key and appends the new one (Envoy setCopy with http_set_copy_replace_all_headers, the default).
 func proxyReplaceHeaderMapValue(inst *instance, stack []uint64) {
+	writeHeaderMapValue(inst, stack, true)
+}
+
+func writeHeaderMapValue(inst *instance, stack []uint64, replace bool) {
 	key, value, ok := inst.readKeyValue(stack)
 	if !ok {
 		stack[0] = uint64(statusInvalidMemoryAccess)
@@ -243,7 +233,9 @@ func proxyReplaceHeaderMapValue(inst *instance, stack []uint64) {
 		st = statusBadArgument
 	}
 	if st == statusOK {
-		s.removeHeader(key)
+		if replace {
+			s.removeHeader(key)
+		}
 		s.headers = append(s.headers, [2]string{lowerString(key), string(value)})
 		s.routeCacheCleared = true
 	}
