@@ -1,0 +1,134 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/host/internal/controller"
+	"github.com/skewgate/skewgate/host/internal/envoyconfig"
+	"github.com/skewgate/skewgate/host/internal/serve"
+)
+
+// runEnvoyConfig renders an Envoy bootstrap (or ECDS resource) running the
+// plugin in front of the given API servers. Cluster names are the ones
+// `skewgate serve` puts into snapshots, so a serve instance writing the ECDS
+// file (--envoy-ecds-file) fits the bootstrap.
+func runEnvoyConfig(args []string, stdout, stderr io.Writer) error {
+	var spec envoyconfig.Spec
+	var apiServers stringList
+	var identityMode, ecdsFile, snapshotFile string
+	var ecdsResource bool
+	var port, adminPort uint
+	fs := flag.NewFlagSet("skewgate envoy config", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: skewgate envoy config --apiserver URL... [flags] (--envoy-ecds-file PATH | --snapshot FILE)\n\n"+
+			"Prints an Envoy bootstrap that runs the skewgate plugin in front of the API servers. With\n"+
+			"--envoy-ecds-file the plugin configuration comes from that file (written by skewgate serve);\n"+
+			"with --snapshot it is inline. --ecds-resource prints the ECDS resource for --snapshot instead.\n"+
+			"File paths are paths on the Envoy host and must be absolute.\n\n")
+		fs.PrintDefaults()
+	}
+	fs.Var(&apiServers, "apiserver", "API server URL https://host:port (repeatable)")
+	fs.StringVar(&spec.ListenAddress, "bind-address", "0.0.0.0", "IP address Envoy listens on")
+	fs.UintVar(&port, "secure-port", 6443, "port Envoy serves HTTPS on")
+	fs.UintVar(&adminPort, "admin-port", 9901, "Envoy admin port (127.0.0.1 only)")
+	fs.StringVar(&spec.ServingCertPath, "tls-cert-file", "", "Envoy's serving certificate")
+	fs.StringVar(&spec.ServingKeyPath, "tls-private-key-file", "", "the serving certificate's private key")
+	fs.StringVar(&spec.ClientCAPath, "client-ca-file", "", "CA certificates verifying client certificates (required in front-proxy mode)")
+	fs.StringVar(&spec.ClusterCAPath, "peer-ca-file", "", "CA certificates that sign the API servers' serving certificates")
+	fs.StringVar(&spec.FrontProxyCertPath, "proxy-client-cert-file", "", "front-proxy client certificate Envoy presents (front-proxy mode)")
+	fs.StringVar(&spec.FrontProxyKeyPath, "proxy-client-key-file", "", "the front-proxy client certificate's private key")
+	fs.StringVar(&identityMode, "identity-mode", serve.IdentityPassthrough, "passthrough or front-proxy")
+	fs.StringVar(&spec.WasmPath, "wasm", "", "plugin module path Envoy loads")
+	fs.StringVar(&ecdsFile, "envoy-ecds-file", "", "deliver the plugin through this file-based ECDS resource")
+	fs.StringVar(&snapshotFile, "snapshot", "", "snapshot JSON (skewgate's /debug/snapshot) to configure the plugin inline")
+	fs.BoolVar(&ecdsResource, "ecds-resource", false, "print the ECDS resource for --snapshot instead of a bootstrap")
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	if (ecdsFile == "") == (snapshotFile == "") && !ecdsResource {
+		return errors.New("give exactly one of --envoy-ecds-file and --snapshot")
+	}
+	if ecdsResource && snapshotFile == "" {
+		return errors.New("--ecds-resource needs --snapshot")
+	}
+	if port > 65535 || adminPort > 65535 {
+		return errors.New("--secure-port and --admin-port must be at most 65535")
+	}
+	spec.ListenPort, spec.AdminPort = uint32(port), uint32(adminPort)
+	spec.IdentityMode = envoyconfig.IdentityMode(identityMode)
+	for _, raw := range apiServers {
+		srv, err := envoyServer(raw)
+		if err != nil {
+			return err
+		}
+		spec.Servers = append(spec.Servers, srv)
+	}
+
+	var pluginConfig []byte
+	var generation uint64
+	if snapshotFile != "" {
+		raw, err := os.ReadFile(snapshotFile)
+		if err != nil {
+			return err
+		}
+		snap, err := discovery.ParseSnapshot(raw)
+		if err != nil {
+			return fmt.Errorf("%s: %w", snapshotFile, err)
+		}
+		generation = snap.Generation
+		if pluginConfig, err = serve.PluginConfig(identityMode, envoyconfig.DefaultRoutingHeader, 5, raw); err != nil {
+			return err
+		}
+	}
+	var out []byte
+	var err error
+	switch {
+	case ecdsResource:
+		if err := spec.CheckPluginConfig(pluginConfig); err != nil {
+			return err
+		}
+		out, err = envoyconfig.RenderECDSResource(pluginConfig, spec.WasmPath, strconv.FormatUint(generation, 10))
+	case ecdsFile != "":
+		out, err = envoyconfig.RenderECDS(spec, ecdsFile)
+	default:
+		spec.PluginConfig = pluginConfig
+		out, err = envoyconfig.Render(spec)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = stdout.Write(out)
+	return err
+}
+
+// envoyServer turns an --apiserver URL into an Envoy cluster named as the
+// controller names that server.
+func envoyServer(raw string) (envoyconfig.Server, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "https" || u.Hostname() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return envoyconfig.Server{}, fmt.Errorf("--apiserver %q: must be https://host:port", raw)
+	}
+	host := strings.ToLower(u.Hostname())
+	if ip, err := netip.ParseAddr(host); err == nil {
+		host = ip.Unmap().String()
+	}
+	port := uint64(443)
+	if p := u.Port(); p != "" {
+		if port, err = strconv.ParseUint(p, 10, 16); err != nil || port == 0 {
+			return envoyconfig.Server{}, fmt.Errorf("--apiserver %q: port must be 1 to 65535", raw)
+		}
+	}
+	address := net.JoinHostPort(host, strconv.FormatUint(port, 10))
+	return envoyconfig.Server{Cluster: controller.ClusterName(address), Address: host, Port: uint32(port)}, nil
+}

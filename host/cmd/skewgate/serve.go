@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/skewgate/skewgate/host/internal/controller"
+	"github.com/skewgate/skewgate/host/internal/serve"
+)
+
+// runServe runs the gateway until SIGINT or SIGTERM. Flag names follow
+// kube-apiserver's where the meaning is the same.
+func runServe(args []string, stderr io.Writer) error {
+	var cfg serve.Config
+	var logs logFlags
+	var apiServers stringList
+	fs := flag.NewFlagSet("skewgate serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.BindAddress, "bind-address", serve.DefaultBindAddress, "IP address the gateway listens on")
+	fs.IntVar(&cfg.SecurePort, "secure-port", serve.DefaultSecurePort, "port the gateway serves HTTPS on")
+	fs.StringVar(&cfg.TLSCertFile, "tls-cert-file", "", "the gateway's serving certificate (PEM)")
+	fs.StringVar(&cfg.TLSPrivateKeyFile, "tls-private-key-file", "", "the serving certificate's private key (PEM)")
+	fs.StringVar(&cfg.ClientCAFile, "client-ca-file", "", "CA certificates that verify client certificates, when clients present one")
+	fs.StringVar(&cfg.PeerCAFile, "peer-ca-file", "", "CA certificates that sign the API servers' serving certificates")
+	fs.StringVar(&cfg.PeerServerName, "peer-server-name", controller.DefaultServerName, "name verified in every API server's serving certificate")
+	fs.StringVar(&cfg.ProxyClientCertFile, "proxy-client-cert-file", "", "front-proxy client certificate: the controller authenticates with it, and the gateway presents it in front-proxy identity mode")
+	fs.StringVar(&cfg.ProxyClientKeyFile, "proxy-client-key-file", "", "the front-proxy client certificate's private key")
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig for discovering API servers from identity leases and the kubernetes Service")
+	fs.Var(&apiServers, "apiserver", "API server URL https://host:port (repeatable)")
+	fs.StringVar(&cfg.IdentityMode, "identity-mode", serve.IdentityPassthrough, "passthrough (forward credentials) or front-proxy (assert verified client certificates as X-Remote-* headers)")
+	fs.StringVar(&cfg.MetricsBindAddress, "metrics-bind-address", serve.DefaultMetricsBindAddress, "host:port for /metrics, /healthz, /readyz, /debug/snapshot and the status page (plain HTTP)")
+	fs.StringVar(&cfg.EnvoyECDSFile, "envoy-ecds-file", "", "also write every accepted plugin configuration to this Envoy ECDS file (atomically)")
+	fs.StringVar(&cfg.EnvoyWasmPath, "envoy-wasm-path", "", "plugin module path Envoy loads, written into the ECDS file (default: the absolute --wasm path)")
+	fs.StringVar(&cfg.WasmPath, "wasm", "", "plugin module (default: skewgate.wasm next to the binary, ../build/skewgate.wasm from it, or build/skewgate.wasm)")
+	fs.StringVar(&cfg.RoutingHeader, "routing-header", "", "internal header carrying the chosen upstream (default x-skewgate-upstream)")
+	fs.IntVar(&cfg.RetryAfterSeconds, "retry-after-seconds", 0, "Retry-After announced with 503 answers (default 5)")
+	fs.DurationVar(&cfg.PollInterval, "poll-interval", controller.DefaultPollInterval, "how often every API server is probed")
+	fs.DurationVar(&cfg.GracePeriod, "grace-period", controller.DefaultGracePeriod, "how long an unreachable API server stays in discovery")
+	fs.IntVar(&cfg.Instances, "instances", 0, "plugin VM instances (default: GOMAXPROCS)")
+	fs.StringVar(&cfg.CompilationCacheDir, "compilation-cache-dir", "", "directory caching the compiled plugin across restarts")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", serve.DefaultShutdownTimeout, "how long in-flight requests may finish after SIGTERM")
+	logs.register(fs, "info")
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	cfg.APIServers = apiServers
+	logger, err := logs.logger(os.Stderr)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = logger
+	server, err := serve.New(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return server.Run(ctx)
+}

@@ -1,0 +1,76 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"testing"
+)
+
+// fastBackend answers every request with a small fixed list.
+func fastBackend(string) http.Handler {
+	body := []byte(`{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}`)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(body)
+	})
+}
+
+func benchmarkGet(b *testing.B, client *http.Client, url string) {
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := client.Get(url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+}
+
+// BenchmarkGatewayRequest is one GET through the gateway (TLS in, plugin,
+// TLS out over HTTP/2) to a fast local backend.
+func BenchmarkGatewayRequest(b *testing.B) {
+	h := newHarness(b, harnessConfig{handler: fastBackend})
+	benchmarkGet(b, h.client(nil, true), h.front.URL+commonPods)
+}
+
+// BenchmarkPlainReverseProxy is the same request through a bare
+// httputil.ReverseProxy with the same TLS on both sides: the cost skewgate
+// adds is the difference.
+func BenchmarkPlainReverseProxy(b *testing.B) {
+	ca := mustCA(b, "peer-ca")
+	backend := httptest.NewUnstartedServer(fastBackend(""))
+	backend.EnableHTTP2 = true
+	backend.TLS = &tls.Config{Certificates: []tls.Certificate{mustServing(b, ca, DefaultPeerServerName, "127.0.0.1")}}
+	backend.StartTLS()
+	b.Cleanup(backend.Close)
+	target, _ := url.Parse(backend.URL)
+	protocols := &http.Protocols{}
+	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(true)
+	transport := &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), ServerName: DefaultPeerServerName, MinVersion: tls.VersionTLS12},
+		Protocols:       protocols,
+	}
+	b.Cleanup(transport.CloseIdleConnections)
+	proxy := &httputil.ReverseProxy{
+		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(target) },
+		Transport:     transport,
+		FlushInterval: -1,
+	}
+	front := httptest.NewUnstartedServer(proxy)
+	front.EnableHTTP2 = true
+	front.TLS = ServerTLSConfig(mustServing(b, ca, "127.0.0.1"), nil)
+	front.StartTLS()
+	b.Cleanup(front.Close)
+	clientTransport := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}, Protocols: protocols}
+	b.Cleanup(clientTransport.CloseIdleConnections)
+	benchmarkGet(b, &http.Client{Transport: clientTransport}, front.URL+commonPods)
+}

@@ -1,0 +1,551 @@
+// Package serve runs skewgate's standalone gateway: the controller polls the
+// API servers, every new snapshot becomes the plugin configuration of the
+// wazero-hosted VMs (and, optionally, an Envoy ECDS file), and the gateway
+// proxies client traffic through the plugin. A second, plain-HTTP listener
+// serves /metrics, /healthz, /readyz, /debug/snapshot and the status page.
+package serve
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/host/internal/controller"
+	"github.com/skewgate/skewgate/host/internal/envoyconfig"
+	"github.com/skewgate/skewgate/host/internal/gateway"
+	"github.com/skewgate/skewgate/host/internal/wasmhost"
+)
+
+// Identity modes, as the plugin configuration spells them.
+const (
+	IdentityPassthrough = "passthrough"
+	IdentityFrontProxy  = "front-proxy"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultBindAddress        = "0.0.0.0"
+	DefaultSecurePort         = 6443
+	DefaultMetricsBindAddress = "127.0.0.1:9090"
+	DefaultShutdownTimeout    = 30 * time.Second
+)
+
+// Config is everything `skewgate serve` is told on its command line.
+type Config struct {
+	BindAddress string
+	SecurePort  int
+	// TLSCertFile and TLSPrivateKeyFile are the gateway's serving certificate.
+	TLSCertFile, TLSPrivateKeyFile string
+	// ClientCAFile verifies client certificates when clients present one.
+	ClientCAFile string
+	// PeerCAFile verifies the API servers; PeerServerName is the name checked.
+	PeerCAFile, PeerServerName string
+	// ProxyClientCertFile and ProxyClientKeyFile are the front-proxy client
+	// certificate: the controller always identifies with it; the gateway
+	// presents it only in front-proxy identity mode.
+	ProxyClientCertFile, ProxyClientKeyFile string
+	// Kubeconfig, when set, lets the controller discover API servers from the
+	// cluster and, without a proxy client certificate, authenticate with it.
+	Kubeconfig string
+	// APIServers are static API server URLs (https://host:port).
+	APIServers   []string
+	IdentityMode string
+	// MetricsBindAddress is host:port for the plain-HTTP metrics and status
+	// listener.
+	MetricsBindAddress string
+	// EnvoyECDSFile, when set, receives the plugin configuration of every
+	// accepted snapshot as an Envoy ECDS resource, naming EnvoyWasmPath.
+	EnvoyECDSFile, EnvoyWasmPath string
+	// WasmPath is the plugin module.
+	WasmPath string
+	// RoutingHeader and RetryAfterSeconds go into the plugin configuration and
+	// the gateway alike; zero values take the plugin's defaults.
+	RoutingHeader     string
+	RetryAfterSeconds int
+	PollInterval      time.Duration
+	GracePeriod       time.Duration
+	// Instances is the number of plugin VMs; default GOMAXPROCS.
+	Instances           int
+	CompilationCacheDir string
+	ShutdownTimeout     time.Duration
+	Logger              *slog.Logger
+}
+
+// Server is a configured gateway; Listen binds it, Serve runs it.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	wasm    []byte
+	ctrl    *controller.Controller
+	gw      *gateway.Gateway
+	plugins *pluginSlot
+
+	gatewayServer, metricsServer     *http.Server
+	gatewayListener, metricsListener net.Listener
+
+	// offered is the newest generation the controller handed over; the
+	// applier catches up with it.
+	offered atomic.Uint64
+	wake    chan struct{}
+	applied atomic.Pointer[appliedSnapshot]
+	ready   atomic.Bool
+	counts  counters
+}
+
+// appliedSnapshot is a snapshot the plugin accepted.
+type appliedSnapshot struct {
+	raw        []byte
+	snap       *discovery.Snapshot
+	addresses  map[string]string
+	acceptedAt time.Time
+}
+
+type counters struct {
+	configRejections, ecdsWrites, ecdsFailures atomic.Uint64
+}
+
+// New checks cfg, reads every file it names and prepares the controller and
+// the gateway. Nothing listens yet.
+func New(cfg Config) (*Server, error) {
+	cfg, err := cfg.complete()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, plugins: &pluginSlot{}, wake: make(chan struct{}, 1)}
+	if s.wasm, err = os.ReadFile(cfg.WasmPath); err != nil {
+		return nil, fmt.Errorf("plugin module: %w (run `make build` to build it)", err)
+	}
+	peerCAs, err := readPool(cfg.PeerCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("--peer-ca-file: %w", err)
+	}
+	servingCert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSPrivateKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert-file/--tls-private-key-file: %w", err)
+	}
+	var clientCAs *x509.CertPool
+	if cfg.ClientCAFile != "" {
+		if clientCAs, err = readPool(cfg.ClientCAFile); err != nil {
+			return nil, fmt.Errorf("--client-ca-file: %w", err)
+		}
+	}
+	gwOpts := gateway.Options{
+		Plugin:            s.plugins,
+		PeerRootCAs:       peerCAs,
+		PeerServerName:    cfg.PeerServerName,
+		RoutingHeader:     cfg.RoutingHeader,
+		RetryAfterSeconds: cfg.RetryAfterSeconds,
+		Logger:            cfg.Logger,
+	}
+	if cfg.IdentityMode == IdentityFrontProxy {
+		cert, err := tls.LoadX509KeyPair(cfg.ProxyClientCertFile, cfg.ProxyClientKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--proxy-client-cert-file/--proxy-client-key-file: %w", err)
+		}
+		gwOpts.ClientCertificate = &cert
+	}
+	if s.gw, err = gateway.New(gwOpts); err != nil {
+		return nil, err
+	}
+	ctrlOpts := controller.Options{
+		StaticServers:      cfg.APIServers,
+		PeerCAFile:         cfg.PeerCAFile,
+		ServerName:         cfg.PeerServerName,
+		FrontProxyCertFile: cfg.ProxyClientCertFile,
+		FrontProxyKeyFile:  cfg.ProxyClientKeyFile,
+		PollInterval:       cfg.PollInterval,
+		GracePeriod:        cfg.GracePeriod,
+		OnSnapshot:         s.onSnapshot,
+		Logger:             cfg.Logger.With("component", "controller"),
+	}
+	if cfg.Kubeconfig != "" {
+		rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig: %w", err)
+		}
+		ctrlOpts.RESTConfig = rc
+	}
+	if s.ctrl, err = controller.New(ctrlOpts); err != nil {
+		return nil, err
+	}
+	s.gatewayServer = &http.Server{
+		Handler:           s.gw,
+		TLSConfig:         gateway.ServerTLSConfig(servingCert, clientCAs),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelInfo),
+	}
+	s.metricsServer = &http.Server{
+		Handler:           s.metricsHandler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelInfo),
+	}
+	return s, nil
+}
+
+func (c Config) complete() (Config, error) {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.BindAddress == "" {
+		c.BindAddress = DefaultBindAddress
+	}
+	if c.SecurePort == 0 {
+		c.SecurePort = DefaultSecurePort
+	}
+	if c.SecurePort < 0 || c.SecurePort > 65535 {
+		return c, fmt.Errorf("--secure-port %d: must be 0 to 65535", c.SecurePort)
+	}
+	if c.MetricsBindAddress == "" {
+		c.MetricsBindAddress = DefaultMetricsBindAddress
+	}
+	if c.PeerServerName == "" {
+		c.PeerServerName = gateway.DefaultPeerServerName
+	}
+	if c.RoutingHeader == "" {
+		c.RoutingHeader = gateway.DefaultRoutingHeader
+	}
+	if c.RetryAfterSeconds == 0 {
+		c.RetryAfterSeconds = gateway.DefaultRetryAfterSeconds
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.IdentityMode == "" {
+		c.IdentityMode = IdentityPassthrough
+	}
+	var errs []error
+	if c.TLSCertFile == "" || c.TLSPrivateKeyFile == "" {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file are required"))
+	}
+	if c.PeerCAFile == "" {
+		errs = append(errs, errors.New("--peer-ca-file is required: the CA that signs the API servers' serving certificates"))
+	}
+	if len(c.APIServers) == 0 && c.Kubeconfig == "" {
+		errs = append(errs, errors.New("no API servers: give --apiserver (repeatable) or --kubeconfig"))
+	}
+	if (c.ProxyClientCertFile == "") != (c.ProxyClientKeyFile == "") {
+		errs = append(errs, errors.New("--proxy-client-cert-file and --proxy-client-key-file go together"))
+	}
+	switch c.IdentityMode {
+	case IdentityPassthrough:
+	case IdentityFrontProxy:
+		if c.ProxyClientCertFile == "" {
+			errs = append(errs, errors.New("--identity-mode=front-proxy needs --proxy-client-cert-file and --proxy-client-key-file"))
+		}
+		if c.ClientCAFile == "" {
+			errs = append(errs, errors.New("--identity-mode=front-proxy needs --client-ca-file: asserted identities come from verified client certificates"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--identity-mode %q: must be %s or %s", c.IdentityMode, IdentityPassthrough, IdentityFrontProxy))
+	}
+	if c.WasmPath == "" {
+		path, err := DefaultWasmPath()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		c.WasmPath = path
+	}
+	if c.EnvoyECDSFile != "" && c.EnvoyWasmPath == "" {
+		abs, err := filepath.Abs(c.WasmPath)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--wasm: %w", err))
+		}
+		c.EnvoyWasmPath = abs
+	}
+	return c, errors.Join(errs...)
+}
+
+// DefaultWasmPath finds the plugin module when --wasm is not given: next to
+// the executable, then where `make build` puts it relative to bin/skewgate
+// (../build/skewgate.wasm), then build/skewgate.wasm under the working
+// directory (go run from the repository root).
+func DefaultWasmPath() (string, error) {
+	var candidates []string
+	if exe, err := os.Executable(); err == nil {
+		dir := filepath.Dir(exe)
+		candidates = append(candidates, filepath.Join(dir, "skewgate.wasm"), filepath.Join(dir, "..", "build", "skewgate.wasm"))
+	}
+	candidates = append(candidates, filepath.Join("build", "skewgate.wasm"))
+	for _, c := range candidates {
+		if _, err := os.Stat(c); err == nil {
+			return c, nil
+		}
+	}
+	return "", fmt.Errorf("the plugin module was not found (looked at %v): run `make build` or give --wasm", candidates)
+}
+
+func readPool(path string) (*x509.CertPool, error) {
+	pemBytes, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pemBytes) {
+		return nil, fmt.Errorf("%s: no PEM certificate found", path)
+	}
+	return pool, nil
+}
+
+// Listen binds the gateway and metrics listeners.
+func (s *Server) Listen() error {
+	var err error
+	gatewayAddress := net.JoinHostPort(s.cfg.BindAddress, strconv.Itoa(s.cfg.SecurePort))
+	if s.gatewayListener, err = net.Listen("tcp", gatewayAddress); err != nil {
+		return fmt.Errorf("gateway listener: %w", err)
+	}
+	if s.metricsListener, err = net.Listen("tcp", s.cfg.MetricsBindAddress); err != nil {
+		s.gatewayListener.Close()
+		return fmt.Errorf("metrics listener: %w", err)
+	}
+	return nil
+}
+
+// GatewayAddr and MetricsAddr are the bound addresses, after Listen.
+func (s *Server) GatewayAddr() net.Addr { return s.gatewayListener.Addr() }
+func (s *Server) MetricsAddr() net.Addr { return s.metricsListener.Addr() }
+
+// Ready reports whether a snapshot was accepted by the plugin VMs.
+func (s *Server) Ready() bool { return s.ready.Load() }
+
+// Serve runs the controller and both listeners until ctx is done, then drains
+// in-flight requests for at most Config.ShutdownTimeout. Listen must have been
+// called.
+func (s *Server) Serve(ctx context.Context) error {
+	if s.gatewayListener == nil {
+		return errors.New("serve: Listen was not called")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Go(func() {
+		if err := s.gatewayServer.ServeTLS(s.gatewayListener, "", ""); !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("gateway listener: %w", err)
+		}
+	})
+	wg.Go(func() {
+		if err := s.metricsServer.Serve(s.metricsListener); !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("metrics listener: %w", err)
+		}
+	})
+	controllerDone := make(chan struct{})
+	go func() {
+		defer close(controllerDone)
+		_ = s.ctrl.Run(ctx)
+	}()
+	applierDone := make(chan struct{})
+	go func() {
+		defer close(applierDone)
+		s.runApplier(ctx)
+	}()
+	s.log.Info("skewgate serving", "gateway", s.gatewayListener.Addr().String(), "metrics", s.metricsListener.Addr().String(),
+		"identity_mode", s.cfg.IdentityMode, "wasm", s.cfg.WasmPath)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errs:
+		cancel()
+	}
+	s.log.Info("shutting down: draining in-flight requests", "timeout", s.cfg.ShutdownTimeout)
+	s.ready.Store(false)
+	drainCtx, drainCancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer drainCancel()
+	if err := s.gatewayServer.Shutdown(drainCtx); err != nil {
+		s.log.Warn("in-flight requests did not finish in time; closing them", "error", err)
+		_ = s.gatewayServer.Close()
+	}
+	_ = s.metricsServer.Shutdown(drainCtx)
+	wg.Wait()
+	<-controllerDone
+	<-applierDone
+	s.gw.CloseIdleConnections()
+	if host := s.plugins.host.Load(); host != nil {
+		_ = host.Close(context.Background())
+	}
+	return runErr
+}
+
+// Run is Listen and Serve.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	return s.Serve(ctx)
+}
+
+// onSnapshot is the controller's hand-over. The controller records a
+// snapshot as current, with its cluster addresses, right after this returns,
+// so the applier picks it up from there.
+func (s *Server) onSnapshot(_ []byte, snap *discovery.Snapshot) error {
+	s.offered.Store(snap.Generation)
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// runApplier applies every snapshot the controller publishes. A snapshot the
+// plugin rejects is retried every poll interval while it is the newest.
+func (s *Server) runApplier(ctx context.Context) {
+	retry := time.NewTicker(s.pollInterval())
+	defer retry.Stop()
+	var rejected uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		case <-retry.C:
+		}
+		raw, snap, addresses, ok := s.currentPublished(ctx)
+		if !ok {
+			continue
+		}
+		if cur := s.applied.Load(); cur != nil && cur.snap.Generation == snap.Generation {
+			continue
+		}
+		if err := s.apply(ctx, raw, snap, addresses); err != nil {
+			s.counts.configRejections.Add(1)
+			if rejected != snap.Generation {
+				s.log.Error("snapshot rejected; the previous configuration stays", "generation", snap.Generation, "error", err)
+			}
+			rejected = snap.Generation
+		}
+	}
+}
+
+func (s *Server) pollInterval() time.Duration {
+	if s.cfg.PollInterval > 0 {
+		return s.cfg.PollInterval
+	}
+	return controller.DefaultPollInterval
+}
+
+// currentPublished waits briefly for the controller to record the offered
+// generation, then returns it with its addresses, read consistently.
+func (s *Server) currentPublished(ctx context.Context) ([]byte, *discovery.Snapshot, map[string]string, bool) {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		raw, snap := s.ctrl.Current()
+		if snap != nil && snap.Generation >= s.offered.Load() {
+			addresses := s.ctrl.ClusterAddresses()
+			if _, again := s.ctrl.Current(); again == snap {
+				return raw, snap, addresses, true
+			}
+			continue
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return raw, snap, s.ctrl.ClusterAddresses(), snap != nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// apply turns a snapshot into the plugin configuration, has every VM accept
+// it (starting the VMs on the first one), switches the gateway's routing and
+// writes the ECDS file.
+func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot, addresses map[string]string) error {
+	config, err := s.pluginConfig(raw)
+	if err != nil {
+		return err
+	}
+	ix, err := discovery.NewIndex(snap)
+	if err != nil {
+		return err
+	}
+	configure := func() error {
+		if host := s.plugins.host.Load(); host != nil {
+			return host.Configure(ctx, config)
+		}
+		host, err := wasmhost.New(ctx, s.wasm, wasmhost.Options{
+			Instances:           s.cfg.Instances,
+			CompilationCacheDir: s.cfg.CompilationCacheDir,
+			PluginName:          envoyconfig.FilterName,
+			RootID:              envoyconfig.FilterName,
+			VMID:                envoyconfig.FilterName,
+			PluginConfiguration: config,
+			Logger:              s.log.With("component", "plugin"),
+		})
+		if err != nil {
+			return err
+		}
+		s.plugins.host.Store(host)
+		return nil
+	}
+	if err := s.gw.Apply(gateway.Routing{Index: ix, Addresses: addresses}, configure); err != nil {
+		return err
+	}
+	s.applied.Store(&appliedSnapshot{raw: raw, snap: snap, addresses: addresses, acceptedAt: time.Now()})
+	s.ready.Store(true)
+	s.log.Info("snapshot applied", "generation", snap.Generation, "servers", len(snap.Servers))
+	if s.cfg.EnvoyECDSFile != "" {
+		s.writeECDS(config, snap.Generation)
+	}
+	return nil
+}
+
+// pluginConfig is the plugin configuration for a snapshot.
+func (s *Server) pluginConfig(rawSnapshot []byte) ([]byte, error) {
+	return PluginConfig(s.cfg.IdentityMode, s.cfg.RoutingHeader, s.cfg.RetryAfterSeconds, rawSnapshot)
+}
+
+// PluginConfig is the plugin's JSON configuration (plugin/config.go) with the
+// snapshot embedded byte for byte. A client's x-kubernetes-peer-proxied
+// header is never trusted: the gateway faces clients directly.
+func PluginConfig(identityMode, routingHeader string, retryAfterSeconds int, rawSnapshot []byte) ([]byte, error) {
+	return json.Marshal(struct {
+		RoutingHeader          string          `json:"routingHeader"`
+		RetryAfterSeconds      int             `json:"retryAfterSeconds"`
+		TrustPeerProxiedHeader bool            `json:"trustPeerProxiedHeader"`
+		IdentityMode           string          `json:"identityMode"`
+		Snapshot               json.RawMessage `json:"snapshot"`
+	}{routingHeader, retryAfterSeconds, false, identityMode, rawSnapshot})
+}
+
+func (s *Server) writeECDS(config []byte, generation uint64) {
+	resource, err := envoyconfig.RenderECDSResource(config, s.cfg.EnvoyWasmPath, strconv.FormatUint(generation, 10))
+	if err == nil {
+		err = envoyconfig.WriteECDSFile(s.cfg.EnvoyECDSFile, resource)
+	}
+	if err != nil {
+		s.counts.ecdsFailures.Add(1)
+		s.log.Error("writing the Envoy ECDS file failed", "file", s.cfg.EnvoyECDSFile, "generation", generation, "error", err)
+		return
+	}
+	s.counts.ecdsWrites.Add(1)
+}
+
+// pluginSlot is the gateway's plugin: the VMs exist only once the first
+// snapshot gives them a configuration. The gateway answers 503 itself until
+// then, so the empty slot is never asked.
+type pluginSlot struct {
+	host atomic.Pointer[wasmhost.Host]
+}
+
+var errNoPlugin = errors.New("the plugin has not been started")
+
+func (p *pluginSlot) HandleRequestHeaders(ctx context.Context, req *wasmhost.Request) wasmhost.Outcome {
+	host := p.host.Load()
+	if host == nil {
+		return wasmhost.Outcome{Verdict: wasmhost.Respond, Response: &wasmhost.LocalResponse{Status: http.StatusServiceUnavailable}, Failed: errNoPlugin}
+	}
+	return host.HandleRequestHeaders(ctx, req)
+}

@@ -1,0 +1,313 @@
+package serve
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/discovery/discoverytest"
+	"github.com/skewgate/skewgate/host/internal/controller"
+	"github.com/skewgate/skewgate/host/internal/devpki"
+)
+
+const builtPlugin = "../../../build/skewgate.wasm"
+
+// apiServer is a minimal kube-apiserver: health, version, its own discovery
+// and resource requests, which it answers with its name.
+type apiServer struct {
+	spec  discoverytest.Server
+	ready atomic.Bool
+	// release holds requests to /slow until it is closed; slowEntered counts
+	// them.
+	release     chan struct{}
+	slowEntered atomic.Int32
+	// cluster is the name the controller gives the server.
+	cluster string
+}
+
+func (s *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/readyz":
+		if !s.ready.Load() {
+			http.Error(w, "not ready", http.StatusInternalServerError)
+			return
+		}
+		io.WriteString(w, "ok")
+	case "/version":
+		fmt.Fprintf(w, `{"gitVersion":%q}`, s.spec.Version)
+	case "/apis", "/api":
+		w.Header().Set("Content-Type", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+		w.Write(discoverytest.GroupListJSON(s.spec.Groups, r.URL.Path == "/api"))
+	case "/slow":
+		s.slowEntered.Add(1)
+		<-s.release
+		io.WriteString(w, s.spec.Cluster)
+	default:
+		w.Header().Set("X-Served-By", s.spec.ID)
+		io.WriteString(w, "{}")
+	}
+}
+
+type fixture struct {
+	servers []*apiServer
+	cfg     Config
+	release func()
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	if _, err := os.Stat(builtPlugin); err != nil {
+		t.Fatalf("the built plugin is missing: run `make build` first (%v)", err)
+	}
+	dir := t.TempDir()
+	ca, err := devpki.NewCA("test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile, err := ca.WriteFile(dir, "ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiCert := mustLeaf(t)(ca.Serving("kube-apiserver", "kubernetes.default.svc", "127.0.0.1"))
+	gatewayCert, gatewayKey, err := mustLeaf(t)(ca.Serving("skewgate", "127.0.0.1")).WriteFiles(dir, "gateway")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyCert, proxyKey, err := mustLeaf(t)(ca.Client(pkix.Name{CommonName: "front-proxy-client"})).WriteFiles(dir, "proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var once sync.Once
+	f := &fixture{release: func() { once.Do(func() { close(release) }) }}
+	t.Cleanup(f.release)
+	var urls []string
+	for _, spec := range discoverytest.SkewedControlPlane() {
+		s := &apiServer{spec: spec, release: release}
+		s.ready.Store(true)
+		srv := httptest.NewUnstartedServer(s)
+		srv.TLS = &tls.Config{Certificates: []tls.Certificate{apiCert.TLSCertificate()}}
+		srv.EnableHTTP2 = true
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		s.cluster = controller.ClusterName(srv.Listener.Addr().String())
+		f.servers = append(f.servers, s)
+		urls = append(urls, srv.URL)
+	}
+	f.cfg = Config{
+		BindAddress:         "127.0.0.1",
+		SecurePort:          freePort(t),
+		TLSCertFile:         gatewayCert,
+		TLSPrivateKeyFile:   gatewayKey,
+		PeerCAFile:          caFile,
+		ProxyClientCertFile: proxyCert,
+		ProxyClientKeyFile:  proxyKey,
+		APIServers:          urls,
+		MetricsBindAddress:  "127.0.0.1:0",
+		WasmPath:            builtPlugin,
+		EnvoyECDSFile:       filepath.Join(dir, "skewgate.yaml"),
+		PollInterval:        100 * time.Millisecond,
+		Instances:           1,
+		CompilationCacheDir: filepath.Join(dir, "wazero"),
+		ShutdownTimeout:     10 * time.Second,
+		Logger:              slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	return f
+}
+
+func mustLeaf(t *testing.T) func(*devpki.Leaf, error) *devpki.Leaf {
+	return func(l *devpki.Leaf, err error) *devpki.Leaf {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func get(t *testing.T, client *http.Client, url string) (int, http.Header, string) {
+	t.Helper()
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+func TestServeFollowsSnapshotsAndDrainsOnShutdown(t *testing.T) {
+	f := newFixture(t)
+	s, err := New(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx) }()
+
+	ops := "http://" + s.MetricsAddr().String()
+	plain := &http.Client{Timeout: 10 * time.Second}
+	ca, _ := readPool(f.cfg.PeerCAFile)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca}}}
+	gateway := "https://" + s.GatewayAddr().String()
+
+	if code, _, _ := get(t, plain, ops+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz %d", code)
+	}
+	eventually(t, "/readyz", func() bool { code, _, _ := get(t, plain, ops+"/readyz"); return code == http.StatusOK })
+
+	// Only kube-c serves leasecandidates.
+	code, header, _ := get(t, client, gateway+"/apis/coordination.k8s.io/v1alpha2/namespaces/x/leasecandidates")
+	if code != http.StatusOK || header.Get("X-Served-By") != f.servers[2].spec.ID {
+		t.Errorf("leasecandidates: %d from %q, want 200 from %s", code, header.Get("X-Served-By"), f.servers[2].spec.ID)
+	}
+
+	_, _, raw := get(t, plain, ops+"/debug/snapshot")
+	snap, err := discovery.ParseSnapshot([]byte(raw))
+	if err != nil || len(snap.Servers) != 3 {
+		t.Fatalf("/debug/snapshot: %v", err)
+	}
+	ecds, err := os.ReadFile(f.cfg.EnvoyECDSFile)
+	wasmPath, _ := filepath.Abs(builtPlugin)
+	if err != nil || !strings.Contains(string(ecds), fmt.Sprintf("version_info: '%d'", snap.Generation)) ||
+		!strings.Contains(string(ecds), "filename: "+wasmPath+"\n") {
+		t.Errorf("ECDS file (%v):\n%s", err, ecds)
+	}
+	_, _, metrics := get(t, plain, ops+"/metrics")
+	for _, want := range []string{"skewgate_gateway_requests_total{", "skewgate_wasm_configurations_applied_total", "skewgate_controller_snapshot_generation", "skewgate_ready 1", "skewgate_ecds_writes_total 1"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if _, _, page := get(t, plain, ops+"/"); !strings.Contains(page, `class="skewed"`) {
+		t.Error("status page shows no skewed API")
+	}
+
+	// kube-c stops being ready: the next snapshot marks it unhealthy and the
+	// resource only it serves is answered 503, not sent elsewhere.
+	first := snap.Generation
+	f.servers[2].ready.Store(false)
+	eventually(t, "a snapshot with kube-c unhealthy", func() bool {
+		_, _, raw := get(t, plain, ops+"/debug/snapshot")
+		snap, err := discovery.ParseSnapshot([]byte(raw))
+		if err != nil || snap.Generation <= first {
+			return false
+		}
+		for _, srv := range snap.Servers {
+			if srv.Cluster == f.servers[2].cluster {
+				return !srv.Healthy
+			}
+		}
+		return false
+	})
+	code, header, body := get(t, client, gateway+"/apis/coordination.k8s.io/v1alpha2/namespaces/x/leasecandidates")
+	var status struct{ Reason string }
+	if code != http.StatusServiceUnavailable || header.Get("Retry-After") == "" || json.Unmarshal([]byte(body), &status) != nil || status.Reason != "ServiceUnavailable" {
+		t.Errorf("with kube-c down: %d %q %s", code, header.Get("Retry-After"), body)
+	}
+
+	// Shutdown waits for the request in flight.
+	slow := make(chan int, 1)
+	go func() {
+		resp, err := client.Get(gateway + "/slow")
+		if err != nil {
+			slow <- 0
+			return
+		}
+		resp.Body.Close()
+		slow <- resp.StatusCode
+	}()
+	eventually(t, "the slow request to arrive", func() bool {
+		n := int32(0)
+		for _, srv := range f.servers {
+			n += srv.slowEntered.Load()
+		}
+		return n == 1
+	})
+	cancel()
+	eventually(t, "the gateway to stop accepting connections", func() bool {
+		conn, err := net.Dial("tcp", s.GatewayAddr().String())
+		if err == nil {
+			conn.Close()
+		}
+		return err != nil
+	})
+	f.release()
+	if code := <-slow; code != http.StatusOK {
+		t.Errorf("in-flight request during shutdown: status %d, want 200", code)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+}
+
+func TestConfigMistakesNameTheFlag(t *testing.T) {
+	base := Config{TLSCertFile: "c", TLSPrivateKeyFile: "k", PeerCAFile: "ca", APIServers: []string{"https://10.0.0.1:6443"}, WasmPath: "x.wasm"}
+	for _, tc := range []struct {
+		name   string
+		modify func(*Config)
+		want   string
+	}{
+		{"no serving certificate", func(c *Config) { c.TLSCertFile = "" }, "--tls-cert-file"},
+		{"no peer CA", func(c *Config) { c.PeerCAFile = "" }, "--peer-ca-file"},
+		{"no API servers", func(c *Config) { c.APIServers = nil }, "--apiserver"},
+		{"front-proxy without proxy certificate", func(c *Config) { c.IdentityMode = IdentityFrontProxy; c.ClientCAFile = "x" }, "--proxy-client-cert-file"},
+		{"front-proxy without client CA", func(c *Config) {
+			c.IdentityMode = IdentityFrontProxy
+			c.ProxyClientCertFile, c.ProxyClientKeyFile = "p", "k"
+		}, "--client-ca-file"},
+		{"unknown identity mode", func(c *Config) { c.IdentityMode = "trust-me" }, "--identity-mode"},
+		{"half a proxy key pair", func(c *Config) { c.ProxyClientCertFile = "p" }, "--proxy-client-key-file"},
+		{"missing module", func(c *Config) {}, "plugin module"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base
+			tc.modify(&cfg)
+			_, err := New(cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New = %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,68 @@
+package statuspage
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/discovery/discoverytest"
+)
+
+func render(t *testing.T, in Input) string {
+	t.Helper()
+	var b strings.Builder
+	if err := Render(&b, in); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func TestPageShowsServerAPIMatrixWithSkewHighlighted(t *testing.T) {
+	servers := discoverytest.SkewedControlPlane()
+	servers[0].Healthy = false
+	servers[2].ID = "<b>injected</b>"
+	snap, err := discovery.ParseSnapshot(discoverytest.SnapshotJSON(42, servers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	page := render(t, Input{
+		Snapshot: snap, AcceptedAt: accepted, Now: accepted.Add(90 * time.Second), Ready: true,
+		Addresses: map[string]string{"kube-a": "10.0.0.11:6443"},
+	})
+	for _, want := range []string{
+		"generation <strong>42</strong>", "1m30s ago", "10.0.0.11:6443",
+		`<span class="unhealthy">unhealthy</span>`, "v1.35.4", "v1.36.3",
+		// Only kube-c serves coordination.k8s.io/v1alpha2: a skewed row with
+		// two "not served" cells.
+		`<tr class="skewed"><th class="api mono">coordination.k8s.io/v1alpha2</th><td class="cell missing">✗ not served</td><td class="cell missing">✗ not served</td><td class="cell served">✓ 1 resource</td></tr>`,
+		// Every server serves apps/v1 identically.
+		`<tr><th class="api mono">apps/v1</th>`,
+		// admissionregistration.k8s.io/v1 exists everywhere but with
+		// different resources.
+		`<tr class="skewed"><th class="api mono">admissionregistration.k8s.io/v1</th>`,
+		`<tr class="skewed"><th class="api mono">admissionregistration.k8s.io/v1/mutatingadmissionpolicies</th>`,
+		`<tr><th class="api mono">core/v1/pods</th>`,
+		"&lt;b&gt;injected&lt;/b&gt;",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %s", want)
+		}
+	}
+	if strings.Contains(page, "<b>injected") {
+		t.Error("a server ID was not escaped")
+	}
+	// Self-contained: no scripts, no external stylesheets, images or links.
+	if strings.Contains(page, "<script") || regexp.MustCompile(`(src|href)="(https?:)?//`).MatchString(page) {
+		t.Error("the page refers to external assets or runs scripts")
+	}
+}
+
+func TestPageBeforeTheFirstSnapshotSaysSo(t *testing.T) {
+	page := render(t, Input{Now: time.Now()})
+	if !strings.Contains(page, "not ready") || !strings.Contains(page, "No discovery snapshot has been accepted yet") {
+		t.Errorf("page:\n%s", page)
+	}
+}
