@@ -37,21 +37,26 @@ type Controller struct {
 	servers     map[string]*serverState
 	generation  uint64
 	lastServers []byte // the "servers" array of the last built snapshot
-	pending     *published
+	pending     *Published
 	// unpublishable is set when lastServers could not become a snapshot (no
 	// server, or invalid), so the current snapshot is behind.
 	unpublishable bool
 
 	ready   atomic.Bool
 	mu      sync.Mutex
-	current *published
+	current *Published
 }
 
 // published is a snapshot together with where its clusters live.
-type published struct {
-	raw       []byte
-	snap      *discovery.Snapshot
-	addresses map[string]string
+// Published is a snapshot as the controller hands it over.
+type Published struct {
+	// Raw is the snapshot document; Snapshot its parsed form. Neither may be
+	// modified.
+	Raw      []byte
+	Snapshot *discovery.Snapshot
+	// Addresses maps every server's cluster name to its host:port, for whoever
+	// routes to those clusters.
+	Addresses map[string]string
 }
 
 // serverState is everything known about the server at one address.
@@ -176,7 +181,7 @@ func (c *Controller) Current() (raw []byte, snap *discovery.Snapshot) {
 	if c.current == nil {
 		return nil, nil
 	}
-	return c.current.raw, c.current.snap
+	return c.current.Raw, c.current.Snapshot
 }
 
 // ClusterAddresses maps every cluster name of the last published snapshot to
@@ -187,7 +192,7 @@ func (c *Controller) ClusterAddresses() map[string]string {
 	if c.current == nil {
 		return nil
 	}
-	return maps.Clone(c.current.addresses)
+	return maps.Clone(c.current.Addresses)
 }
 
 // poll is one round: update membership, probe every server, publish.
@@ -199,7 +204,7 @@ func (c *Controller) poll(ctx context.Context) {
 	}
 	now := time.Now()
 	c.expireUnhealthy(now)
-	c.publish(now)
+	c.publish(ctx, now)
 	c.notices.endRound()
 }
 
@@ -418,7 +423,7 @@ func (c *Controller) expireUnhealthy(now time.Time) {
 
 // publish builds the snapshot and hands it over when it changed, or when the
 // previous hand-over failed.
-func (c *Controller) publish(now time.Time) {
+func (c *Controller) publish(ctx context.Context, now time.Time) {
 	servers := c.snapshotServers()
 	body := encodeServers(servers)
 	if !bytes.Equal(body, c.lastServers) {
@@ -427,17 +432,17 @@ func (c *Controller) publish(now time.Time) {
 		c.unpublishable = c.pending == nil
 	}
 	if c.pending != nil {
-		if err := c.opts.OnSnapshot(c.pending.raw, c.pending.snap); err != nil {
+		if err := c.opts.OnSnapshot(ctx, *c.pending); err != nil {
 			c.metrics.publishError()
-			c.log.Error("publishing the snapshot failed; retrying on the next poll", "generation", c.pending.snap.Generation, "err", err)
+			c.log.Error("publishing the snapshot failed; retrying on the next poll", "generation", c.pending.Snapshot.Generation, "err", err)
 			return
 		}
 		c.mu.Lock()
 		c.current = c.pending
 		c.mu.Unlock()
 		c.pending = nil
-		c.metrics.published(c.current.snap.Generation, len(c.current.snap.Servers))
-		c.log.Info("snapshot published", "generation", c.current.snap.Generation, "servers", len(c.current.snap.Servers))
+		c.metrics.published(c.current.Snapshot.Generation, len(c.current.Snapshot.Servers))
+		c.log.Info("snapshot published", "generation", c.current.Snapshot.Generation, "servers", len(c.current.Snapshot.Servers))
 		c.ready.Store(true)
 	}
 	if !c.unpublishable && slices.ContainsFunc(servers, func(s *serverState) bool { return s.healthy }) {
@@ -447,7 +452,7 @@ func (c *Controller) publish(now time.Time) {
 
 // build numbers and validates a new snapshot; nil means there is nothing
 // publishable and the current snapshot stays.
-func (c *Controller) build(servers []*serverState, body []byte) *published {
+func (c *Controller) build(servers []*serverState, body []byte) *Published {
 	if len(servers) == 0 {
 		if c.current != nil {
 			c.log.Warn("no API server left in the snapshot; the last published snapshot stays current")
@@ -471,7 +476,7 @@ func (c *Controller) build(servers []*serverState, body []byte) *published {
 	for _, s := range servers {
 		addresses[s.cluster] = s.address
 	}
-	return &published{raw: raw, snap: snap, addresses: addresses}
+	return &Published{Raw: raw, Snapshot: snap, Addresses: addresses}
 }
 
 // snapshotServers are the servers with documents, sorted by ID, at most

@@ -261,7 +261,8 @@ type offer struct {
 	at   time.Time
 }
 
-func (r *recorder) OnSnapshot(raw []byte, snap *discovery.Snapshot) error {
+func (r *recorder) OnSnapshot(_ context.Context, p Published) error {
+	raw, snap := p.Raw, p.Snapshot
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.offers = append(r.offers, offer{snap, raw, time.Now()})

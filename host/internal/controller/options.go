@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -14,8 +15,6 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-
-	"github.com/skewgate/skewgate/discovery"
 )
 
 // Defaults for Options fields left zero.
@@ -78,10 +77,10 @@ type Options struct {
 	// MaxConcurrentFetches bounds how many servers are probed at once.
 	MaxConcurrentFetches int
 
-	// OnSnapshot receives every new snapshot: its JSON and the parsed form,
-	// which must not be modified. An error is logged, counted and the same
-	// snapshot is offered again on the next poll.
-	OnSnapshot func(raw []byte, snap *discovery.Snapshot) error
+	// OnSnapshot receives every new snapshot. An error is logged, counted and
+	// the same snapshot is offered again on the next poll; the snapshot becomes
+	// Current only once accepted.
+	OnSnapshot func(ctx context.Context, p Published) error
 	// Logger receives structured logs; default slog.Default().
 	Logger *slog.Logger
 }

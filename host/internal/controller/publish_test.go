@@ -108,13 +108,13 @@ func TestEncodedSnapshotEmbedsDocumentsByteForByte(t *testing.T) {
 	if p == nil {
 		t.Fatal("snapshot did not validate")
 	}
-	if !bytes.Contains(p.raw, apis) || !bytes.Contains(p.raw, core) {
-		t.Errorf("documents altered in %s", p.raw)
+	if !bytes.Contains(p.Raw, apis) || !bytes.Contains(p.Raw, core) {
+		t.Errorf("documents altered in %s", p.Raw)
 	}
-	if p.snap.Generation != 1 || len(p.snap.Servers) != 2 || p.snap.Servers[1].Healthy {
-		t.Errorf("parsed snapshot = %+v", p.snap)
+	if p.Snapshot.Generation != 1 || len(p.Snapshot.Servers) != 2 || p.Snapshot.Servers[1].Healthy {
+		t.Errorf("parsed snapshot = %+v", p.Snapshot)
 	}
-	if got := p.snap.Servers[0].APIs.Items[0].Name(); got != "a<b>&c.example" {
+	if got := p.Snapshot.Servers[0].APIs.Items[0].Name(); got != "a<b>&c.example" {
 		t.Errorf("group name = %q", got)
 	}
 }

@@ -98,10 +98,6 @@ type Server struct {
 	gatewayServer, metricsServer     *http.Server
 	gatewayListener, metricsListener net.Listener
 
-	// offered is the newest generation the controller handed over; the
-	// applier catches up with it.
-	offered atomic.Uint64
-	wake    chan struct{}
 	applied atomic.Pointer[appliedSnapshot]
 	ready   atomic.Bool
 	counts  counters
@@ -126,7 +122,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, plugins: &pluginSlot{}, wake: make(chan struct{}, 1)}
+	s := &Server{cfg: cfg, log: cfg.Logger, plugins: &pluginSlot{}}
 	if s.wasm, err = os.ReadFile(cfg.WasmPath); err != nil {
 		return nil, fmt.Errorf("plugin module: %w (run `make build` to build it)", err)
 	}
@@ -349,11 +345,6 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer close(controllerDone)
 		_ = s.ctrl.Run(ctx)
 	}()
-	applierDone := make(chan struct{})
-	go func() {
-		defer close(applierDone)
-		s.runApplier(ctx)
-	}()
 	s.log.Info("skewgate serving", "gateway", s.gatewayListener.Addr().String(), "metrics", s.metricsListener.Addr().String(),
 		"identity_mode", s.cfg.IdentityMode, "wasm", s.cfg.WasmPath)
 
@@ -374,7 +365,6 @@ func (s *Server) Serve(ctx context.Context) error {
 	_ = s.metricsServer.Shutdown(drainCtx)
 	wg.Wait()
 	<-controllerDone
-	<-applierDone
 	s.gw.CloseIdleConnections()
 	if host := s.plugins.host.Load(); host != nil {
 		_ = host.Close(context.Background())
@@ -390,73 +380,15 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.Serve(ctx)
 }
 
-// onSnapshot is the controller's hand-over. The controller records a
-// snapshot as current, with its cluster addresses, right after this returns,
-// so the applier picks it up from there.
-func (s *Server) onSnapshot(_ []byte, snap *discovery.Snapshot) error {
-	s.offered.Store(snap.Generation)
-	select {
-	case s.wake <- struct{}{}:
-	default:
+// onSnapshot is the controller's hand-over: the snapshot becomes the
+// gateway's and every VM's, or, if the plugin rejects it, the controller keeps
+// the previous one current and offers this one again on its next poll.
+func (s *Server) onSnapshot(ctx context.Context, p controller.Published) error {
+	if err := s.apply(ctx, p.Raw, p.Snapshot, p.Addresses); err != nil {
+		s.counts.configRejections.Add(1)
+		return err
 	}
 	return nil
-}
-
-// runApplier applies every snapshot the controller publishes. A snapshot the
-// plugin rejects is retried every poll interval while it is the newest.
-func (s *Server) runApplier(ctx context.Context) {
-	retry := time.NewTicker(s.pollInterval())
-	defer retry.Stop()
-	var rejected uint64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.wake:
-		case <-retry.C:
-		}
-		raw, snap, addresses, ok := s.currentPublished(ctx)
-		if !ok {
-			continue
-		}
-		if cur := s.applied.Load(); cur != nil && cur.snap.Generation == snap.Generation {
-			continue
-		}
-		if err := s.apply(ctx, raw, snap, addresses); err != nil {
-			s.counts.configRejections.Add(1)
-			if rejected != snap.Generation {
-				s.log.Error("snapshot rejected; the previous configuration stays", "generation", snap.Generation, "error", err)
-			}
-			rejected = snap.Generation
-		}
-	}
-}
-
-func (s *Server) pollInterval() time.Duration {
-	if s.cfg.PollInterval > 0 {
-		return s.cfg.PollInterval
-	}
-	return controller.DefaultPollInterval
-}
-
-// currentPublished waits briefly for the controller to record the offered
-// generation, then returns it with its addresses, read consistently.
-func (s *Server) currentPublished(ctx context.Context) ([]byte, *discovery.Snapshot, map[string]string, bool) {
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		raw, snap := s.ctrl.Current()
-		if snap != nil && snap.Generation >= s.offered.Load() {
-			addresses := s.ctrl.ClusterAddresses()
-			if _, again := s.ctrl.Current(); again == snap {
-				return raw, snap, addresses, true
-			}
-			continue
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return raw, snap, s.ctrl.ClusterAddresses(), snap != nil
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // apply turns a snapshot into the plugin configuration, has every VM accept
