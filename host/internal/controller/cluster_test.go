@@ -238,7 +238,7 @@ func TestRESTConfigCredentialsAreUsedAndCannotTurnOffVerification(t *testing.T) 
 	plane := discoverytest.SkewedControlPlane()
 	const token = "controller-token"
 	a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups, withBearerToken(token))
-	rogueCert, _, _ := newTestCA(t, "rogue-ca").issue(t, "kube-apiserver", DefaultServerName)
+	rogueCert := servingCert(t, newTestCA(t, "rogue-ca"), DefaultServerName)
 	rogue := newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups, withBearerToken(token), withServingCert(rogueCert))
 	rec := &recorder{}
 	opts := testOptions(pki, rec, a, rogue)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
+
+	"github.com/skewgate/skewgate/host/internal/devpki"
 )
 
 func TestFirstSnapshotCarriesEveryServerVerbatimAndMakesReady(t *testing.T) {
@@ -327,17 +329,17 @@ func TestServerNeverFetchedIsNotInTheSnapshot(t *testing.T) {
 func TestServerCertificateMustChainToThePeerCAAndNameServerName(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		issuer func(t *testing.T, pki *testPKI) *testCA
+		issuer func(t *testing.T, pki *testPKI) *devpki.CA
 		dns    string
 	}{
-		{"signed by another CA", func(t *testing.T, _ *testPKI) *testCA { return newTestCA(t, "rogue-ca") }, DefaultServerName},
-		{"issued for another name", func(_ *testing.T, pki *testPKI) *testCA { return pki.serving }, "kube-a.example.com"},
+		{"signed by another CA", func(t *testing.T, _ *testPKI) *devpki.CA { return newTestCA(t, "rogue-ca") }, DefaultServerName},
+		{"issued for another name", func(_ *testing.T, pki *testPKI) *devpki.CA { return pki.serving }, "kube-a.example.com"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pki := newTestPKI(t)
 			plane := discoverytest.SkewedControlPlane()
 			a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
-			cert, _, _ := tc.issuer(t, pki).issue(t, "kube-apiserver", tc.dns)
+			cert := servingCert(t, tc.issuer(t, pki), tc.dns)
 			rogue := newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups, withServingCert(cert))
 			rec := &recorder{}
 			c := startController(t, testOptions(pki, rec, a, rogue))

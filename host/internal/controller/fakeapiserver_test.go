@@ -101,7 +101,7 @@ func newFakeAPIServer(t *testing.T, pki *testPKI, version string, groups map[str
 		lastHeaders: map[string]http.Header{},
 	}
 	clientCAs := x509.NewCertPool()
-	clientCAs.AddCert(pki.frontProxy.cert)
+	clientCAs.AddCert(pki.frontProxy.Cert)
 	tlsConfig := &tls.Config{
 		Certificates: []tls.Certificate{pki.servingCert},
 		ClientAuth:   tls.RequireAndVerifyClientCert,

@@ -3,6 +3,7 @@ package controller
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,7 +15,10 @@ import (
 
 func TestNewRejectsInvalidOptions(t *testing.T) {
 	pki := newTestPKI(t)
-	notPEM := writeFile(t, t.TempDir(), "not-a-ca.crt", []byte("not a certificate"))
+	notPEM := filepath.Join(t.TempDir(), "not-a-ca.crt")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name   string
 		change func(o *Options)
