@@ -86,59 +86,17 @@ func get(t *testing.T, client *http.Client, url string) (status int, backend str
 // requests for resources that only some servers serve to servers that answer 404, although the
 // cluster as a whole serves them.
 func TestBaselineRoundRobinReturnsFalse404s(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	const (
-		old       = 0 // 1.35 without the mixed version proxy
-		upgraded  = 1 // 1.36 with the default API set
-		withExtra = 2 // 1.36 that also serves coordination.k8s.io/v1alpha2
-	)
-	cluster, err := testcluster.Start(ctx, t, testcluster.Spec{Servers: []testcluster.ServerSpec{
-		old:       {Name: "baseline-1-35", Version: testcluster.KubeVersion135},
-		upgraded:  {Name: "baseline-1-36", Version: testcluster.KubeVersion136},
-		withExtra: {Name: "baseline-1-36-extra", Version: testcluster.KubeVersion136, RuntimeConfig: []string{"coordination.k8s.io/v1alpha2=true"}},
-	}})
-	if err != nil {
-		t.Fatalf("starting the skewed cluster: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := cluster.Close(); err != nil {
-			t.Errorf("closing the cluster: %v", err)
-		}
-	})
-
-	// Resources missing from some servers (see fixtures/manifest.json "skew"), with the servers
-	// that serve them.
-	skewed := []struct {
-		path     string
-		servedBy []int
-	}{
-		{"/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies", []int{upgraded, withExtra}},
-		{"/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings", []int{upgraded, withExtra}},
-		{"/apis/coordination.k8s.io/v1alpha2/leasecandidates", []int{withExtra}},
-	}
-
-	direct := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cluster.AdminTLSConfig()}}
-	for _, r := range skewed {
-		for i, s := range cluster.Servers() {
-			want := http.StatusNotFound
-			if slices.Contains(r.servedBy, i) {
-				want = http.StatusOK
-			}
-			if status, _ := get(t, direct, s.URL+r.path); status != want {
-				t.Errorf("direct GET %s on %s (%s) = %d, want %d", r.path, s.Name, s.Version, status, want)
-			}
-		}
-	}
+	cluster := sharedSkewed.get(t)
+	requireSkew(t, cluster)
 
 	proxy := newRoundRobinProxy(t, cluster)
 	client := &http.Client{Timeout: 10 * time.Second}
 	backends := len(cluster.Servers())
 	// Each resource is requested in consecutive runs of len(backends), so round robin hands it to
 	// every backend the same number of times.
-	const rounds = 4
+	const rounds = skewedTrafficRounds
 	total, notFound := 0, 0
-	for _, r := range skewed {
+	for _, r := range skewedResources {
 		t.Run(path.Base(r.path), func(t *testing.T) {
 			falseNotFound := 0
 			for range rounds * backends {

@@ -1,0 +1,376 @@
+package e2e
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/skewgate/skewgate/host/internal/controller"
+	"github.com/skewgate/skewgate/host/internal/devpki"
+	"github.com/skewgate/skewgate/host/internal/testcluster"
+)
+
+// Identity modes of `skewgate serve --identity-mode`.
+const (
+	frontProxyIdentity  = "front-proxy"
+	passthroughIdentity = "passthrough"
+)
+
+const (
+	// gatewayPollInterval is short so that scenarios see health changes within a second.
+	gatewayPollInterval = 500 * time.Millisecond
+	// gatewayReadyTimeout covers compiling the plugin module on a busy machine.
+	gatewayReadyTimeout = 2 * time.Minute
+	gatewayStopGrace    = 15 * time.Second
+	gatewayStarts       = 3
+	gatewayLogTailLines = 200
+)
+
+// gatewayConfig is what a scenario chooses about its gateway.
+type gatewayConfig struct {
+	identityMode string
+	// extraAPIServers are added to the cluster's servers in --apiserver.
+	extraAPIServers []string
+	// kubeconfig, when set, lets the controller discover servers (and their server IDs) from
+	// the identity leases.
+	kubeconfig string
+}
+
+// skewgate is one `skewgate serve` process in front of a test cluster.
+type skewgate struct {
+	// URL is the gateway, https://127.0.0.1:<port>; metricsURL its plain-HTTP operator listener.
+	URL, metricsURL string
+	// ca signs the gateway's serving certificate; servingCAFile holds it for kubeconfigs.
+	ca            *devpki.CA
+	servingCAFile string
+	// adminCertFile and adminKeyFile are the cluster's admin client certificate.
+	adminCertFile, adminKeyFile string
+	cluster                     *testcluster.Cluster
+
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{}
+	waitErr error
+}
+
+// startSkewgate runs `skewgate serve` in front of every server of cluster and waits until it
+// has applied its first snapshot. The process is stopped, and its log printed if the test
+// failed, when the test ends.
+func startSkewgate(t *testing.T, cluster *testcluster.Cluster, cfg gatewayConfig) *skewgate {
+	t.Helper()
+	requireSkewgate(t)
+	dir := t.TempDir()
+	ca, err := devpki.NewCA("skewgate-e2e-gateway-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, err := ca.Serving("skewgate", "127.0.0.1", "localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	servingCert, servingKey := writeCertificate(t, dir, "serving", serving.TLSCertificate())
+	clusterCA := writeCA(t, dir, "cluster-ca", cluster.PKI().CA)
+	frontProxyCert, frontProxyKey := writeCertificate(t, dir, "front-proxy-client", cluster.FrontProxyClientCertificate())
+	g := &skewgate{ca: ca, servingCAFile: writeCA(t, dir, "gateway-ca", ca.Cert), cluster: cluster, logPath: filepath.Join(dir, "skewgate.log")}
+	g.adminCertFile, g.adminKeyFile = writeCertificate(t, dir, "admin", cluster.PKI().Admin)
+
+	if cfg.identityMode == "" {
+		cfg.identityMode = frontProxyIdentity
+	}
+	args := []string{"serve",
+		"--bind-address=127.0.0.1",
+		"--tls-cert-file=" + servingCert,
+		"--tls-private-key-file=" + servingKey,
+		// The admin certificate is signed by the cluster CA; in front-proxy mode the gateway
+		// verifies it and asserts its subject.
+		"--client-ca-file=" + clusterCA,
+		"--peer-ca-file=" + clusterCA,
+		"--peer-server-name=" + testcluster.ServingServerName,
+		"--proxy-client-cert-file=" + frontProxyCert,
+		"--proxy-client-key-file=" + frontProxyKey,
+		"--identity-mode=" + cfg.identityMode,
+		"--wasm=" + skewgateBuild.wasm,
+		"--compilation-cache-dir=" + skewgateBuild.compileCache,
+		"--poll-interval=" + gatewayPollInterval.String(),
+		"--shutdown-timeout=2s",
+	}
+	for _, s := range cluster.Servers() {
+		args = append(args, "--apiserver="+s.URL)
+	}
+	for _, u := range cfg.extraAPIServers {
+		args = append(args, "--apiserver="+u)
+	}
+	if cfg.kubeconfig != "" {
+		args = append(args, "--kubeconfig="+cfg.kubeconfig)
+	}
+
+	for attempt := 1; ; attempt++ {
+		ports, err := freePorts(2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.URL = "https://127.0.0.1:" + strconv.Itoa(ports[0])
+		g.metricsURL = "http://127.0.0.1:" + strconv.Itoa(ports[1])
+		argv := slices.Concat(args, []string{"--secure-port=" + strconv.Itoa(ports[0]), "--metrics-bind-address=127.0.0.1:" + strconv.Itoa(ports[1])})
+		if err := g.start(argv); err != nil {
+			t.Fatal(err)
+		}
+		err = g.waitReady()
+		if err == nil {
+			break
+		}
+		g.stop()
+		if attempt == gatewayStarts || !g.logContains("address already in use") {
+			t.Fatalf("skewgate did not become ready: %v\nlast lines of its log:\n%s", err, g.logTail(gatewayLogTailLines))
+		}
+	}
+	t.Cleanup(func() {
+		g.stop()
+		if t.Failed() {
+			t.Logf("last lines of the skewgate log:\n%s", g.logTail(gatewayLogTailLines))
+		}
+	})
+	t.Logf("skewgate serving at %s (metrics %s) in %s identity mode", g.URL, g.metricsURL, cfg.identityMode)
+	return g
+}
+
+func (g *skewgate) start(argv []string) error {
+	logFile, err := os.OpenFile(g.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(skewgateBuild.binary, argv...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Its own process group keeps terminal signals away; SIGKILL on the test's death keeps a
+	// crashed test from leaving a gateway behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("starting skewgate: %w", err)
+	}
+	g.cmd, g.done = cmd, make(chan struct{})
+	go func() {
+		g.waitErr = cmd.Wait()
+		logFile.Close()
+		close(g.done)
+	}()
+	return nil
+}
+
+// waitReady polls /readyz, which answers 200 once the plugin accepted a first snapshot.
+func (g *skewgate) waitReady() error {
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(gatewayReadyTimeout)
+	last := "no answer"
+	for {
+		select {
+		case <-g.done:
+			return fmt.Errorf("skewgate exited: %v", g.waitErr)
+		default:
+		}
+		resp, err := do(client, http.MethodGet, g.metricsURL+"/readyz", nil, nil)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case resp.status == http.StatusOK:
+			return nil
+		default:
+			last = fmt.Sprintf("HTTP %d: %s", resp.status, bytes.TrimSpace(resp.body))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("/readyz not OK after %s (last: %s)", gatewayReadyTimeout, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM, waits for the drain, then SIGKILL. It signals only the process it started.
+func (g *skewgate) stop() {
+	select {
+	case <-g.done:
+		return
+	default:
+	}
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.done:
+	case <-time.After(gatewayStopGrace):
+		_ = g.cmd.Process.Kill()
+		<-g.done
+	}
+}
+
+func (g *skewgate) logTail(n int) string {
+	data, err := os.ReadFile(g.logPath)
+	if err != nil {
+		return fmt.Sprintf("(log unreadable: %v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (g *skewgate) logContains(s string) bool {
+	data, err := os.ReadFile(g.logPath)
+	return err == nil && bytes.Contains(data, []byte(s))
+}
+
+// client talks to the gateway, verifying it against its CA and presenting certs; it offers
+// HTTP/2 as kubectl and client-go do.
+func (g *skewgate) client(certs ...tls.Certificate) *http.Client {
+	return &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{
+			TLSClientConfig:   &tls.Config{RootCAs: g.ca.Pool(), Certificates: certs, MinVersion: tls.VersionTLS12},
+			ForceAttemptHTTP2: true,
+		},
+	}
+}
+
+// adminClient authenticates at the gateway with the cluster's admin client certificate.
+func (g *skewgate) adminClient() *http.Client { return g.client(g.cluster.PKI().Admin) }
+
+// restConfig is a client-go configuration for the gateway as the admin client certificate.
+func (g *skewgate) restConfig() *rest.Config {
+	return &rest.Config{
+		Host: g.URL,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData:   g.ca.CertPEM(),
+			CertFile: g.adminCertFile,
+			KeyFile:  g.adminKeyFile,
+		},
+	}
+}
+
+// snapshotServer is the part of a snapshot server entry the scenarios look at.
+type snapshotServer struct {
+	ID      string `json:"id"`
+	Cluster string `json:"cluster"`
+	Version string `json:"version"`
+	Healthy bool   `json:"healthy"`
+}
+
+type snapshotView struct {
+	Generation uint64           `json:"generation"`
+	Servers    []snapshotServer `json:"servers"`
+}
+
+// server returns the entry of the cluster's server at url, if the snapshot has one.
+func (v snapshotView) server(serverURL string) (snapshotServer, bool) {
+	name := clusterName(serverURL)
+	for _, s := range v.Servers {
+		if s.Cluster == name {
+			return s, true
+		}
+	}
+	return snapshotServer{}, false
+}
+
+// clusterName is the gateway's upstream name for the API server at url.
+func clusterName(serverURL string) string {
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return ""
+	}
+	return controller.ClusterName(u.Host)
+}
+
+// snapshot returns the snapshot the plugin currently runs with.
+func (g *skewgate) snapshot() (snapshotView, error) {
+	resp, err := do(&http.Client{Timeout: 5 * time.Second}, http.MethodGet, g.metricsURL+"/debug/snapshot", nil, nil)
+	if err != nil {
+		return snapshotView{}, err
+	}
+	if resp.status != http.StatusOK {
+		return snapshotView{}, fmt.Errorf("/debug/snapshot: HTTP %d: %s", resp.status, resp.body)
+	}
+	var v snapshotView
+	if err := json.Unmarshal(resp.body, &v); err != nil {
+		return snapshotView{}, fmt.Errorf("/debug/snapshot: %w", err)
+	}
+	return v, nil
+}
+
+// waitSnapshot waits until the applied snapshot satisfies check and returns it.
+func (g *skewgate) waitSnapshot(t *testing.T, what string, timeout time.Duration, check func(snapshotView) error) snapshotView {
+	t.Helper()
+	var v snapshotView
+	eventually(t, what, timeout, 100*time.Millisecond, func() error {
+		var err error
+		if v, err = g.snapshot(); err != nil {
+			return err
+		}
+		return check(v)
+	})
+	return v
+}
+
+// serverState is what waitServerState expects of one server in the snapshot.
+func serverState(srv testcluster.Server, healthy bool) func(snapshotView) error {
+	return func(v snapshotView) error {
+		s, ok := v.server(srv.URL)
+		switch {
+		case !ok:
+			return fmt.Errorf("%s is not in snapshot generation %d", srv.Name, v.Generation)
+		case s.Healthy != healthy:
+			return fmt.Errorf("%s has healthy=%v in snapshot generation %d", srv.Name, s.Healthy, v.Generation)
+		case healthy && s.Version != srv.Version:
+			return fmt.Errorf("%s has version %s in snapshot generation %d, want %s", srv.Name, s.Version, v.Generation, srv.Version)
+		}
+		return nil
+	}
+}
+
+// allHealthy checks that every server of the cluster is in the snapshot, healthy, at its version.
+func allHealthy(cluster *testcluster.Cluster) func(snapshotView) error {
+	return func(v snapshotView) error {
+		var errs []error
+		for _, s := range cluster.Servers() {
+			errs = append(errs, serverState(s, true)(v))
+		}
+		return errors.Join(errs...)
+	}
+}
+
+// metrics returns the gateway's Prometheus text.
+func (g *skewgate) metrics(t *testing.T) string {
+	t.Helper()
+	resp := mustDo(t, &http.Client{Timeout: 5 * time.Second}, http.MethodGet, g.metricsURL+"/metrics", nil, nil)
+	if resp.status != http.StatusOK {
+		t.Fatalf("/metrics: HTTP %d", resp.status)
+	}
+	return string(resp.body)
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago; a bind race is
+// handled by starting again.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
