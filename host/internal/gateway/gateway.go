@@ -142,6 +142,15 @@ type backend struct {
 	inFlight         atomic.Int64
 }
 
+// copyBuffers recycles the buffers responses are copied through: without a
+// pool the reverse proxy allocates (and clears) 32 KiB per response.
+var copyBuffers = bufferPool{sync.Pool{New: func() any { return new([32 << 10]byte) }}}
+
+type bufferPool struct{ pool sync.Pool }
+
+func (p *bufferPool) Get() []byte  { return p.pool.Get().(*[32 << 10]byte)[:] }
+func (p *bufferPool) Put(b []byte) { p.pool.Put((*[32 << 10]byte)(b)) }
+
 // New builds a Gateway; it answers 503 until the first Apply.
 func New(opts Options) (*Gateway, error) {
 	o, err := opts.complete()
@@ -154,6 +163,7 @@ func New(opts Options) (*Gateway, error) {
 		Rewrite:       g.rewrite,
 		Transport:     g.transport,
 		FlushInterval: -1,
+		BufferPool:    &copyBuffers,
 		ErrorHandler:  g.upstreamFailed,
 		ErrorLog:      slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}

@@ -81,6 +81,12 @@ type slot struct {
 	current atomic.Pointer[instance]
 	// crashes counts consecutive crashes of short-lived instances (guarded by Host.mu).
 	crashes int
+	// The slot's worker goroutine runs its streams: start hands it req and
+	// out, finished says it is done. Only the goroutine holding mu uses them.
+	req      *Request
+	out      *Outcome
+	start    chan struct{}
+	finished chan struct{}
 }
 
 // New compiles wasm, links the Envoy import set for its ABI, and starts opts.Instances VM instances configured with
@@ -118,7 +124,7 @@ func New(ctx context.Context, wasm []byte, opts Options) (*Host, error) {
 	h.slots = make([]*slot, opts.Instances)
 	h.pool = make(chan *slot, opts.Instances)
 	for i := range h.slots {
-		s := &slot{index: i}
+		s := &slot{index: i, start: make(chan struct{}), finished: make(chan struct{}, 1)}
 		inst, err := h.newInstance(s, h.configuration)
 		if err != nil {
 			h.release(ctx)
@@ -130,6 +136,9 @@ func New(ctx context.Context, wasm []byte, opts Options) (*Host, error) {
 		h.pool <- s
 	}
 	h.counters.liveInstances.Store(int64(opts.Instances))
+	for _, s := range h.slots {
+		h.goBackground(func() { h.runWorker(s) })
+	}
 	h.goBackground(h.runScheduler)
 	if opts.CallTimeout > 0 {
 		h.goBackground(h.runWatchdog)
@@ -217,9 +226,40 @@ func (h *Host) HandleRequestHeaders(ctx context.Context, req *Request) Outcome {
 		h.applyFailurePolicy(req, &out, err)
 		return out
 	}
-	s.inst.handle(req, &out)
+	if !h.runOnWorker(s, req, &out) {
+		h.applyFailurePolicy(req, &out, ErrClosed)
+	}
 	h.putBack(s)
 	return out
+}
+
+// runOnWorker runs a stream on the slot's own goroutine, whose stack has long
+// grown to what calls into the guest need. Run on the caller's goroutine
+// instead, every request (a fresh goroutine in net/http) would grow and copy
+// its stack on the way into the guest, which costs more than the hand-over.
+func (h *Host) runOnWorker(s *slot, req *Request, out *Outcome) bool {
+	s.req, s.out = req, out
+	defer func() { s.req, s.out = nil, nil }()
+	select {
+	case s.start <- struct{}{}:
+	case <-h.done:
+		return false
+	}
+	<-s.finished
+	return true
+}
+
+// runWorker serves the slot's streams until the host closes.
+func (h *Host) runWorker(s *slot) {
+	for {
+		select {
+		case <-s.start:
+			s.inst.handle(s.req, s.out)
+			s.finished <- struct{}{}
+		case <-h.done:
+			return
+		}
+	}
 }
 
 // applyFailurePolicy answers a request the plugin could not process.
