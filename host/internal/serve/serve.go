@@ -426,11 +426,11 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 		return err
 	}
 	s.applied.Store(&appliedSnapshot{raw: raw, snap: snap, addresses: addresses, acceptedAt: time.Now()})
-	s.ready.Store(true)
 	s.log.Info("snapshot applied", "generation", snap.Generation, "servers", len(snap.Servers))
 	if s.cfg.EnvoyECDSFile != "" {
 		s.writeECDS(config, snap.Generation)
 	}
+	s.ready.Store(true)
 	return nil
 }
 

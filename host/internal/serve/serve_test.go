@@ -214,11 +214,13 @@ func TestServeFollowsSnapshotsAndDrainsOnShutdown(t *testing.T) {
 		!strings.Contains(string(ecds), "filename: "+wasmPath+"\n") {
 		t.Errorf("ECDS file (%v):\n%s", err, ecds)
 	}
-	_, _, metrics := get(t, plain, ops+"/metrics")
+	// The gateway counts a request once its handler returns, which can be just
+	// after the client has the response.
 	for _, want := range []string{"skewgate_gateway_requests_total{", "skewgate_wasm_configurations_applied_total", "skewgate_controller_snapshot_generation", "skewgate_ready 1", "skewgate_ecds_writes_total 1"} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("/metrics lacks %s", want)
-		}
+		eventually(t, "/metrics with "+want, func() bool {
+			_, _, metrics := get(t, plain, ops+"/metrics")
+			return strings.Contains(metrics, want)
+		})
 	}
 	if _, _, page := get(t, plain, ops+"/"); !strings.Contains(page, `class="skewed"`) {
 		t.Error("status page shows no skewed API")
