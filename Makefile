@@ -21,7 +21,7 @@ FUZZ_TARGETS := \
 	./host/internal/wasmhost:FuzzDecodePairs \
 	./host/internal/wasmhost:FuzzGuestPointerReads
 
-.PHONY: all build demo test unit cluster-test test-binaries fuzz bench check fixtures clean FORCE
+.PHONY: all build demo test unit cluster-test test-binaries fuzz bench bench-check check fixtures clean FORCE
 
 all: build
 
@@ -63,8 +63,16 @@ fuzz:
 		$(GO) test -run='^$$' -fuzz="^$$name$$" -fuzztime=$(FUZZTIME) $$pkg; \
 	done
 
-bench: build
-	$(GO) test -run='^$$' -bench=. -benchmem ./discovery/ ./host/internal/wasmhost/ ./host/internal/controller/ ./host/internal/gateway/
+# Micro and macro benchmarks side by side (real kube-apiservers, skewgate, a
+# plain reverse proxy, upstream's in-server proxy); writes bench/results/.
+bench: build test-binaries
+	$(GO) build -trimpath -o bin/loadgen ./bench/cmd/loadgen
+	$(GO) build -trimpath -o bin/skewbench ./bench/cmd/skewbench
+	bin/skewbench run
+
+# Compares the newest results with the budgets; PASS/FAIL per line.
+bench-check:
+	$(GO) run ./bench/cmd/skewbench check
 
 # Re-captures fixtures/ from real kube-apiservers of every pinned version.
 fixtures:

@@ -1,0 +1,380 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/skewgate/skewgate/bench/internal/kubecluster"
+	"github.com/skewgate/skewgate/bench/internal/loadgen"
+	"github.com/skewgate/skewgate/bench/internal/report"
+)
+
+// Pinned versions, as host/internal/testcluster pins them.
+const (
+	etcdVersion      = "v3.6.16"
+	oldServerVersion = "v1.35.4"
+	newServerVersion = "v1.36.3"
+)
+
+// The control plane mid-upgrade. Path 5 (upstream's in-server proxy) needs a
+// server that lacks a resource and runs the mixed version proxy next to one
+// that serves it; two v1.36.3 servers that differ only in --runtime-config
+// give exactly that, with nothing else differing between them.
+const (
+	serverOld   = iota // v1.35.4 without the mixed version proxy: a server not yet upgraded
+	serverNew          // v1.36.3 with the proxy, default API set: lacks the alpha resource and proxies it
+	serverExtra        // v1.36.3 with the proxy and coordination.k8s.io/v1alpha2: the only server of the resource
+)
+
+var clusterSpec = []kubecluster.ServerSpec{
+	serverOld:   {Name: "bench-1-35", Version: oldServerVersion},
+	serverNew:   {Name: "bench-1-36", Version: newServerVersion, MVP: true},
+	serverExtra: {Name: "bench-1-36-extra", Version: newServerVersion, MVP: true, RuntimeConfig: []string{"coordination.k8s.io/v1alpha2=true"}},
+}
+
+// Requests of equal shape: lists of an empty namespace's collection, one that
+// every server serves and one that only serverExtra serves.
+const (
+	commonPath   = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+	reroutedPath = "/apis/coordination.k8s.io/v1alpha2/namespaces/default/leasecandidates"
+	apisPath     = "/apis"
+	// acceptDiscovery is what client-go sends for aggregated discovery.
+	acceptDiscovery = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList;q=0.9,application/json;q=0.8"
+)
+
+// topology is the set-up as the results file documents it; | stands for a
+// Markdown backquote, which a Go raw string cannot hold.
+var topology = strings.ReplaceAll(`One etcd and three kube-apiservers on loopback, each in its own UTS namespace (distinct server IDs):
+|bench-1-35| v1.35.4 without the mixed version proxy (MVP); |bench-1-36| v1.36.3 with MVP and the default API set;
+|bench-1-36-extra| v1.36.3 with MVP and |--runtime-config=coordination.k8s.io/v1alpha2=true|. The re-routed request,
+|GET `+reroutedPath+`|, is served only by |bench-1-36-extra|: |bench-1-35| answers 404, and |bench-1-36| lacks it
+but runs MVP, so sending it there exercises upstream's in-server proxy (path |mvp-rerouted|). The two v1.36.3 servers
+differ only in that runtime config, so MVP and skewgate re-route the same request to the same server. The request
+needing no re-route, |GET `+commonPath+`|, has the same shape (a list of an empty namespace) and is
+served by every server; the direct floor, the plain reverse proxy and |skewgate serve| all spread it over the three
+servers in turn. |skewgate serve| runs as a subprocess in passthrough identity mode, the plain reverse proxy
+(|httputil.ReverseProxy|, TLS on both sides, HTTP/2 to the servers, no Wasm) as another, the load generator as a
+third. Every client authenticates with the same bearer token (group system:masters) and verifies TLS against the
+cluster CA. /apis uses client-go's aggregated-discovery Accept header; the 304 paths send the ETag each side served.`, "|", "`")
+
+type macroConfig struct {
+	repo                          string
+	skewgate, wasm, loadgen, self string
+	rounds, concurrency, requests int
+	warmup                        int
+	duration                      time.Duration
+	protocol                      string
+	progress                      io.Writer
+}
+
+func (macroConfig) kubeVersions() []string { return []string{oldServerVersion, newServerVersion} }
+
+// macroEnv is the running set-up.
+type macroEnv struct {
+	cfg         macroConfig
+	cluster     *kubecluster.Cluster
+	client      *http.Client
+	skewgateURL string
+	plainURL    string
+	procs       []*kubecluster.Process
+	// etags are the /apis ETags each side serves, for the 304 paths.
+	skewgateETag, apiserverETag string
+}
+
+// runMacro starts the cluster and both proxies, waits until every path
+// answers as it should, then measures the paths in interleaved rounds.
+func runMacro(ctx context.Context, cfg macroConfig) ([]report.Round, error) {
+	fmt.Fprintf(cfg.progress, "skewbench: building or finding etcd %s and kube-apiserver %v\n", etcdVersion, cfg.kubeVersions())
+	bins, err := kubecluster.EnsureBinaries(ctx, cfg.repo, etcdVersion, cfg.kubeVersions(), cfg.progress)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintln(cfg.progress, "skewbench: starting etcd and three kube-apiservers")
+	cluster, err := kubecluster.Start(ctx, bins, clusterSpec)
+	if err != nil {
+		return nil, err
+	}
+	// Every endpoint serves the cluster's serving certificate, valid for the
+	// name the client verifies.
+	env := &macroEnv{cfg: cfg, cluster: cluster, client: cluster.Client()}
+	defer env.close()
+	if err := env.startPlainProxy(ctx); err != nil {
+		return nil, err
+	}
+	if err := env.startSkewgate(ctx); err != nil {
+		return nil, err
+	}
+	if err := env.waitUntilEveryPathAnswers(ctx); err != nil {
+		return nil, err
+	}
+	var rounds []report.Round
+	for r := 1; r <= cfg.rounds; r++ {
+		round := report.Round{}
+		for _, spec := range report.MacroPaths {
+			res, err := env.measure(ctx, spec.ID)
+			if err != nil {
+				return nil, fmt.Errorf("round %d, %s: %w", r, spec.ID, err)
+			}
+			fmt.Fprintf(cfg.progress, "skewbench: round %d/%d %-20s p50 %8.0f µs  p99 %8.0f µs  %7.0f rps  (%d ok, errors %v)\n",
+				r, cfg.rounds, spec.ID, res.P50, res.P99, res.RPS, res.OK, res.Errors)
+			round[spec.ID] = res
+		}
+		rounds = append(rounds, round)
+	}
+	return rounds, nil
+}
+
+func (e *macroEnv) close() {
+	for i := len(e.procs) - 1; i >= 0; i-- {
+		e.procs[i].Stop(30 * time.Second)
+	}
+	e.client.CloseIdleConnections()
+	e.cluster.Close()
+}
+
+func (e *macroEnv) serverURL(i int) string { return e.cluster.Servers[i].URL }
+
+// startProcess starts the command argv builds for fresh loopback ports and
+// waits until the URL ready builds answers 200, retrying with other ports if
+// one was taken meanwhile.
+func (e *macroEnv) startProcess(ctx context.Context, name string, nPorts int, argv func(ports []int) []string,
+	ready func(ports []int) string) ([]int, error) {
+	var lastErr error
+	for attempt := 1; attempt <= 3; attempt++ {
+		ports, err := kubecluster.FreePorts(nPorts)
+		if err != nil {
+			return nil, err
+		}
+		proc, err := kubecluster.StartProcess(name, filepath.Join(e.cluster.Dir, name+".log"), argv(ports), nil)
+		if err != nil {
+			return nil, err
+		}
+		if lastErr = e.waitStatus(ctx, proc, ready(ports), nil, http.StatusOK); lastErr == nil {
+			e.procs = append(e.procs, proc)
+			return ports, nil
+		}
+		lastErr = fmt.Errorf("%w\n%s", lastErr, proc.Tail(30))
+		proc.Stop(10 * time.Second)
+	}
+	return nil, fmt.Errorf("%s did not start: %w", name, lastErr)
+}
+
+func (e *macroEnv) startPlainProxy(ctx context.Context) error {
+	pki := e.cluster.PKI
+	ports, err := e.startProcess(ctx, "plain-proxy", 1, func(ports []int) []string {
+		argv := []string{e.cfg.self, "plain-proxy", "-listen", kubecluster.LoopbackAddress(ports[0]),
+			"-tls-cert-file", pki.ServingCert, "-tls-private-key-file", pki.ServingKey, "-peer-ca-file", pki.CA}
+		for i := range e.cluster.Servers {
+			argv = append(argv, "-backend", e.serverURL(i))
+		}
+		return argv
+	}, func(ports []int) string { return "https://" + kubecluster.LoopbackAddress(ports[0]) + commonPath })
+	if err != nil {
+		return err
+	}
+	e.plainURL = "https://" + kubecluster.LoopbackAddress(ports[0])
+	return nil
+}
+
+func (e *macroEnv) startSkewgate(ctx context.Context) error {
+	pki := e.cluster.PKI
+	fmt.Fprintln(e.cfg.progress, "skewbench: starting skewgate serve")
+	ports, err := e.startProcess(ctx, "skewgate", 2, func(ports []int) []string {
+		argv := []string{e.cfg.skewgate, "serve",
+			"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(ports[0]),
+			"--tls-cert-file=" + pki.ServingCert, "--tls-private-key-file=" + pki.ServingKey,
+			"--peer-ca-file=" + pki.CA,
+			"--proxy-client-cert-file=" + pki.FrontProxyClientCert, "--proxy-client-key-file=" + pki.FrontProxyClientKey,
+			"--identity-mode=passthrough",
+			"--metrics-bind-address=" + kubecluster.LoopbackAddress(ports[1]),
+			"--wasm=" + e.cfg.wasm,
+		}
+		for i := range e.cluster.Servers {
+			argv = append(argv, "--apiserver="+e.serverURL(i))
+		}
+		return argv
+	}, func(ports []int) string { return "http://" + kubecluster.LoopbackAddress(ports[1]) + "/readyz" })
+	if err != nil {
+		return err
+	}
+	e.skewgateURL = "https://" + kubecluster.LoopbackAddress(ports[0])
+	return nil
+}
+
+// waitStatus polls url until it answers want, the process exits, or three
+// minutes pass.
+func (e *macroEnv) waitStatus(ctx context.Context, proc *kubecluster.Process, url string, header http.Header, want int) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	last := "no answer"
+	for {
+		if proc != nil {
+			if exited, err := proc.Exited(); exited {
+				return err
+			}
+		}
+		status, _, err := e.get(ctx, url, header)
+		if err == nil && status == want {
+			return nil
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = strconv.Itoa(status)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not answer %d (last: %s): %w", url, want, last, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// get sends one request as the benchmark client does: TLS verified against
+// the cluster CA, the bearer token on https only (the metrics listener is
+// plain HTTP).
+func (e *macroEnv) get(ctx context.Context, url string, header http.Header) (int, http.Header, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if req.URL.Scheme == "https" {
+		req.Header.Set("Authorization", "Bearer "+e.cluster.PKI.AdminToken)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header, err
+}
+
+// waitUntilEveryPathAnswers waits for upstream's proxy to learn its peers'
+// resources and for skewgate to hold a snapshot of every server, checks the
+// skew the benchmark relies on, and records each side's /apis ETag.
+func (e *macroEnv) waitUntilEveryPathAnswers(ctx context.Context) error {
+	fmt.Fprintln(e.cfg.progress, "skewbench: waiting for the mixed version proxy and skewgate to route the alpha resource")
+	if err := e.waitStatus(ctx, nil, e.serverURL(serverNew)+reroutedPath, nil, http.StatusOK); err != nil {
+		return fmt.Errorf("upstream's mixed version proxy: %w", err)
+	}
+	if err := e.waitStatus(ctx, nil, e.skewgateURL+reroutedPath, nil, http.StatusOK); err != nil {
+		return fmt.Errorf("skewgate: %w", err)
+	}
+	if status, _, err := e.get(ctx, e.serverURL(serverOld)+reroutedPath, nil); err != nil || status != http.StatusNotFound {
+		return fmt.Errorf("%s on the v1.35.4 server: status %d, %v; want 404 (the skew the benchmark relies on)", reroutedPath, status, err)
+	}
+	discovery := http.Header{"Accept": {acceptDiscovery}}
+	for _, side := range []struct {
+		url  string
+		etag *string
+	}{{e.skewgateURL, &e.skewgateETag}, {e.serverURL(serverNew), &e.apiserverETag}} {
+		status, header, err := e.get(ctx, side.url+apisPath, discovery)
+		if err != nil || status != http.StatusOK || header.Get("ETag") == "" {
+			return fmt.Errorf("GET %s%s: status %d, ETag %q, %v; want 200 with an ETag", side.url, apisPath, status, header.Get("ETag"), err)
+		}
+		*side.etag = header.Get("ETag")
+	}
+	for _, spec := range report.MacroPaths {
+		target := e.target(spec.ID)
+		header := http.Header{}
+		for _, h := range target.headers {
+			if err := loadgen.ParseHeader(header, h); err != nil {
+				return err
+			}
+		}
+		for _, url := range target.urls {
+			if status, _, err := e.get(ctx, url, header); err != nil || status != target.status {
+				return fmt.Errorf("path %s: GET %s: status %d, %v; want %d", spec.ID, url, status, err, target.status)
+			}
+		}
+	}
+	return nil
+}
+
+// pathTarget is what loadgen sends for one path.
+type pathTarget struct {
+	urls    []string
+	headers []string
+	status  int
+}
+
+func (e *macroEnv) target(id string) pathTarget {
+	every := func(path string) []string {
+		var urls []string
+		for i := range e.cluster.Servers {
+			urls = append(urls, e.serverURL(i)+path)
+		}
+		return urls
+	}
+	accept := "Accept: " + acceptDiscovery
+	switch id {
+	case report.PathDirect:
+		return pathTarget{urls: every(commonPath), status: http.StatusOK}
+	case report.PathPlainProxy:
+		return pathTarget{urls: []string{e.plainURL + commonPath}, status: http.StatusOK}
+	case report.PathSkewgate:
+		return pathTarget{urls: []string{e.skewgateURL + commonPath}, status: http.StatusOK}
+	case report.PathDirectCapable:
+		return pathTarget{urls: []string{e.serverURL(serverExtra) + reroutedPath}, status: http.StatusOK}
+	case report.PathSkewgateRerouted:
+		return pathTarget{urls: []string{e.skewgateURL + reroutedPath}, status: http.StatusOK}
+	case report.PathMVPRerouted:
+		return pathTarget{urls: []string{e.serverURL(serverNew) + reroutedPath}, status: http.StatusOK}
+	case report.PathSkewgateAPIs:
+		return pathTarget{urls: []string{e.skewgateURL + apisPath}, headers: []string{accept}, status: http.StatusOK}
+	case report.PathAPIServerAPIs:
+		return pathTarget{urls: []string{e.serverURL(serverNew) + apisPath}, headers: []string{accept}, status: http.StatusOK}
+	case report.PathSkewgateAPIs304:
+		return pathTarget{urls: []string{e.skewgateURL + apisPath}, headers: []string{accept, "If-None-Match: " + e.skewgateETag},
+			status: http.StatusNotModified}
+	case report.PathAPIServerAPIs304:
+		return pathTarget{urls: []string{e.serverURL(serverNew) + apisPath}, headers: []string{accept, "If-None-Match: " + e.apiserverETag},
+			status: http.StatusNotModified}
+	}
+	panic("unknown macro path " + id)
+}
+
+// measure runs loadgen once for a path.
+func (e *macroEnv) measure(ctx context.Context, id string) (*loadgen.Result, error) {
+	t := e.target(id)
+	args := []string{"-ca-file", e.cluster.PKI.CA, "-token-file", e.cluster.PKI.AdminTokenFile,
+		"-protocol", e.cfg.protocol, "-concurrency", strconv.Itoa(e.cfg.concurrency),
+		"-requests", strconv.Itoa(e.cfg.requests), "-duration", e.cfg.duration.String(),
+		"-warmup", strconv.Itoa(e.cfg.warmup), "-expect-status", strconv.Itoa(t.status)}
+	for _, u := range t.urls {
+		args = append(args, "-url", u)
+	}
+	for _, h := range t.headers {
+		args = append(args, "-header", h)
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.duration+2*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, e.cfg.loadgen, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("loadgen: %w: %s", err, stderr.String())
+	}
+	var res loadgen.Result
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		return nil, fmt.Errorf("loadgen output %q: %w", stdout.String(), err)
+	}
+	if res.OK == 0 {
+		return nil, errors.New("no successful response: " + res.FirstError)
+	}
+	return &res, nil
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/skewgate/skewgate/bench/internal/kubecluster"
+	"github.com/skewgate/skewgate/bench/internal/report"
+)
+
+// passingFigures meet every budget.
+var passingFigures = map[string]float64{
+	report.FigureReroutedAddedP50: 0.3, report.FigureReroutedRPS: 1.6, report.FigureForwardAddedP50: 1.0,
+	report.FigureForwardRPS: 0.99, report.FigureAPIsRPS: 3, report.FigurePluginRequestNs: 1500,
+	report.FigureDecideNs: 150, report.FigureDecideAllocs: 0, report.FigureMerge: 0.5,
+}
+
+func saveResults(t *testing.T, dir, date string, figures map[string]float64) {
+	t.Helper()
+	r := &report.Results{Date: date, Machine: report.Machine{CPU: "test CPU", Go: "go1.26.8"}}
+	for key, v := range figures {
+		r.Figures = append(r.Figures, report.Figure{Key: key, Value: report.Number(v)})
+	}
+	if _, err := r.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCheckPrintsAVerdictPerBudgetForTheNewestResults(t *testing.T) {
+	failing := map[string]float64{}
+	for k, v := range passingFigures {
+		failing[k] = v
+	}
+	failing[report.FigureForwardRPS] = 0.9
+	cases := []struct {
+		name      string
+		newest    map[string]float64
+		wantCode  int
+		wantFails int
+		wantFail  string
+	}{
+		{"every budget met", passingFigures, 0, 0, ""},
+		{"one budget missed", failing, 1, 1, "FAIL  no re-route: skewgate's rps >= 0.95"},
+		{"figures missing", map[string]float64{}, 1, len(report.Budgets), "FAIL  Decide <= 200 ns: missing"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			saveResults(t, dir, "2025-06-01", map[string]float64{})
+			saveResults(t, dir, "2026-01-20", c.newest)
+			var stdout, stderr bytes.Buffer
+			code := run([]string{"check", "-results", dir}, &stdout, &stderr)
+			if code != c.wantCode {
+				t.Fatalf("exit %d; want %d\n%s%s", code, c.wantCode, stdout.String(), stderr.String())
+			}
+			lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+			if !strings.Contains(lines[0], "2026-01-20.json") || len(lines) != 1+len(report.Budgets) {
+				t.Fatalf("output does not check the newest file, one line per budget:\n%s", stdout.String())
+			}
+			fails := 0
+			for _, line := range lines[1:] {
+				switch {
+				case strings.HasPrefix(line, "FAIL  "):
+					fails++
+				case !strings.HasPrefix(line, "PASS  "):
+					t.Errorf("line %q is neither PASS nor FAIL", line)
+				}
+			}
+			if fails != c.wantFails || !strings.Contains(stdout.String(), c.wantFail) {
+				t.Errorf("%d FAIL lines; want %d including %q:\n%s", fails, c.wantFails, c.wantFail, stdout.String())
+			}
+		})
+	}
+}
+
+func TestCheckWithoutResultsIsAnError(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"check", "-results", t.TempDir()}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "make bench") {
+		t.Errorf("exit %d, stderr %q; want 1 and a hint to run make bench", code, stderr.String())
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	cases := [][]string{nil, {"bench"}, {"check", "-bogus"}, {"check", "stray"}, {"run", "-rounds"}}
+	for _, args := range cases {
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != 2 {
+			t.Errorf("run(%q) = %d; want 2", args, code)
+		}
+	}
+}
+
+func writeCertificatePEM(t *testing.T, srv *httptest.Server) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestPlainProxySpreadsRequestsOverItsBackendsInTurn(t *testing.T) {
+	var hits [2]atomic.Int64
+	var backends []string
+	var ca string
+	for i := range hits {
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits[i].Add(1)
+			if r.Host != "gateway.example" || r.Header.Get("Authorization") != "Bearer t" {
+				w.WriteHeader(http.StatusBadRequest)
+			}
+		}))
+		srv.EnableHTTP2 = true
+		srv.StartTLS()
+		defer srv.Close()
+		backends = append(backends, srv.URL)
+		// httptest servers share one certificate, valid for example.com.
+		ca = writeCertificatePEM(t, srv)
+	}
+	proxy, err := newPlainProxy(backends, ca, "example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 6 {
+		req := httptest.NewRequest(http.MethodGet, "https://gateway.example/api/v1/pods", nil)
+		req.Header.Set("Authorization", "Bearer t")
+		rec := httptest.NewRecorder()
+		proxy.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+		}
+	}
+	if hits[0].Load() != 3 || hits[1].Load() != 3 {
+		t.Errorf("backend hits %d and %d; want 3 each", hits[0].Load(), hits[1].Load())
+	}
+}
+
+func TestPlainProxyRefusesNonLoopbackBackendsAndMissingCA(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer srv.Close()
+	ca := writeCertificatePEM(t, srv)
+	cases := []struct {
+		name     string
+		backends []string
+		ca       string
+	}{
+		{"no backend", nil, ca},
+		{"remote backend", []string{"https://203.0.113.9:6443"}, ca},
+		{"plain HTTP backend", []string{"http://127.0.0.1:6443"}, ca},
+		{"no CA", []string{srv.URL}, filepath.Join(t.TempDir(), "absent.crt")},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := newPlainProxy(c.backends, c.ca, "example.com"); err == nil {
+				t.Error("newPlainProxy succeeded; want an error")
+			}
+		})
+	}
+}
+
+func TestEveryMacroPathHasATarget(t *testing.T) {
+	cluster := &kubecluster.Cluster{}
+	for i := range clusterSpec {
+		cluster.Servers = append(cluster.Servers, &kubecluster.Server{ServerSpec: clusterSpec[i], URL: fmt.Sprintf("https://127.0.0.1:700%d", i)})
+	}
+	e := &macroEnv{cluster: cluster, skewgateURL: "https://127.0.0.1:8000", plainURL: "https://127.0.0.1:8001",
+		skewgateETag: `"S"`, apiserverETag: `"A"`}
+	cases := []struct {
+		id       string
+		urls     []string
+		status   int
+		ifMatch  string
+		discover bool
+	}{
+		{report.PathDirect, []string{"https://127.0.0.1:7000" + commonPath, "https://127.0.0.1:7001" + commonPath, "https://127.0.0.1:7002" + commonPath}, 200, "", false},
+		{report.PathPlainProxy, []string{"https://127.0.0.1:8001" + commonPath}, 200, "", false},
+		{report.PathSkewgate, []string{"https://127.0.0.1:8000" + commonPath}, 200, "", false},
+		{report.PathDirectCapable, []string{"https://127.0.0.1:7002" + reroutedPath}, 200, "", false},
+		{report.PathSkewgateRerouted, []string{"https://127.0.0.1:8000" + reroutedPath}, 200, "", false},
+		{report.PathMVPRerouted, []string{"https://127.0.0.1:7001" + reroutedPath}, 200, "", false},
+		{report.PathSkewgateAPIs, []string{"https://127.0.0.1:8000/apis"}, 200, "", true},
+		{report.PathAPIServerAPIs, []string{"https://127.0.0.1:7001/apis"}, 200, "", true},
+		{report.PathSkewgateAPIs304, []string{"https://127.0.0.1:8000/apis"}, 304, `"S"`, true},
+		{report.PathAPIServerAPIs304, []string{"https://127.0.0.1:7001/apis"}, 304, `"A"`, true},
+	}
+	if len(cases) != len(report.MacroPaths) {
+		t.Fatalf("%d cases for %d macro paths", len(cases), len(report.MacroPaths))
+	}
+	for _, c := range cases {
+		t.Run(c.id, func(t *testing.T) {
+			got := e.target(c.id)
+			if strings.Join(got.urls, " ") != strings.Join(c.urls, " ") || got.status != c.status {
+				t.Errorf("target %+v; want urls %v, status %d", got, c.urls, c.status)
+			}
+			headers := strings.Join(got.headers, "\n")
+			if c.discover != strings.Contains(headers, "Accept: "+acceptDiscovery) {
+				t.Errorf("headers %q; want the discovery Accept: %v", headers, c.discover)
+			}
+			if c.ifMatch != "" && !strings.Contains(headers, "If-None-Match: "+c.ifMatch) {
+				t.Errorf("headers %q; want If-None-Match %s", headers, c.ifMatch)
+			}
+		})
+	}
+}
+
+func TestCPUModel(t *testing.T) {
+	info := []byte("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\nflags\t: fpu\n\nprocessor\t: 1\nmodel name\t: AMD EPYC 7B13\n")
+	if got := cpuModel(info); got != "AMD EPYC 7B13" {
+		t.Errorf("cpuModel = %q", got)
+	}
+	if got := cpuModel([]byte("processor\t: 0\n")); got != "" {
+		t.Errorf("cpuModel without a model name = %q; want empty", got)
+	}
+}

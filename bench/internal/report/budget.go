@@ -1,0 +1,92 @@
+package report
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// Budget is a limit one figure must respect.
+type Budget struct {
+	Text   string
+	Figure string
+	// AtLeast makes Limit a floor; otherwise it is a ceiling.
+	AtLeast bool
+	Limit   float64
+}
+
+// Budgets are skewgate's performance commitments.
+var Budgets = []Budget{
+	{Text: "re-routed through skewgate: added p50 <= 0.5 x the in-server MVP's added p50", Figure: FigureReroutedAddedP50, Limit: 0.5},
+	{Text: "re-routed through skewgate: rps >= 1.25 x the in-server MVP's", Figure: FigureReroutedRPS, AtLeast: true, Limit: 1.25},
+	{Text: "no re-route: skewgate's added p50 <= 1.1 x the plain reverse proxy's", Figure: FigureForwardAddedP50, Limit: 1.1},
+	{Text: "no re-route: skewgate's rps >= 0.95 x the plain reverse proxy's", Figure: FigureForwardRPS, AtLeast: true, Limit: 0.95},
+	{Text: "merged /apis: rps >= 2 x kube-apiserver's peer-aggregated /apis", Figure: FigureAPIsRPS, AtLeast: true, Limit: 2},
+	{Text: "plugin request-headers call in wazero <= 2 us", Figure: FigurePluginRequestNs, Limit: 2000},
+	{Text: "Decide <= 200 ns", Figure: FigureDecideNs, Limit: 200},
+	{Text: "Decide allocates nothing", Figure: FigureDecideAllocs, Limit: 0},
+	{Text: "merge+ETag <= 1.0 x upstream", Figure: FigureMerge, Limit: 1.0},
+}
+
+// Verdict is a budget applied to one results file.
+type Verdict struct {
+	Budget Budget
+	// Value is the figure's median; NaN when the figure is missing or could
+	// not be computed, which fails the budget.
+	Value float64
+	Pass  bool
+}
+
+// Check applies every budget to r.
+func Check(r *Results, budgets []Budget) []Verdict {
+	verdicts := make([]Verdict, 0, len(budgets))
+	for _, b := range budgets {
+		v := Verdict{Budget: b, Value: math.NaN()}
+		if f, ok := r.Figure(b.Figure); ok {
+			v.Value = float64(f.Value)
+		}
+		switch {
+		case math.IsNaN(v.Value):
+		case b.AtLeast:
+			v.Pass = v.Value >= b.Limit
+		default:
+			v.Pass = v.Value <= b.Limit
+		}
+		verdicts = append(verdicts, v)
+	}
+	return verdicts
+}
+
+// String is the verdict's report line.
+func (v Verdict) String() string {
+	status := "FAIL"
+	if v.Pass {
+		status = "PASS"
+	}
+	op := "<="
+	if v.Budget.AtLeast {
+		op = ">="
+	}
+	value := "missing"
+	if !math.IsNaN(v.Value) {
+		value = formatValue(v.Value)
+	}
+	return fmt.Sprintf("%s  %s: %s (budget %s %s)", status, v.Budget.Text, value, op, formatValue(v.Budget.Limit))
+}
+
+// formatValue prints three significant digits, without exponent for the
+// magnitudes benchmarks produce.
+func formatValue(v float64) string {
+	switch a := math.Abs(v); {
+	case v == math.Trunc(v) && a < 1e15:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case a >= 1:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	default:
+		return strconv.FormatFloat(v, 'g', 3, 64)
+	}
+}

@@ -1,0 +1,509 @@
+// Package report turns raw benchmark output into skewgate's results: medians
+// of repeated runs, ratios taken within each run (the machine is shared and
+// absolute times drift, so only side-by-side ratios are compared), the
+// results file (JSON for tools, Markdown for people, an SVG chart), the table in
+// bench/README.md, and the check of every figure against its budget.
+package report
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/skewgate/skewgate/bench/internal/loadgen"
+	"github.com/skewgate/skewgate/bench/internal/stats"
+)
+
+// Number is a float64 that encodes NaN (a figure that could not be computed)
+// as JSON null and decodes null back to NaN.
+type Number float64
+
+func (n Number) MarshalJSON() ([]byte, error) {
+	f := float64(n)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(f)
+}
+
+func (n *Number) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*n = Number(math.NaN())
+		return nil
+	}
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	*n = Number(f)
+	return nil
+}
+
+// Machine describes where the results were measured.
+type Machine struct {
+	CPU           string   `json:"cpu"`
+	Cores         int      `json:"cores"`
+	Go            string   `json:"go"`
+	OS            string   `json:"os"`
+	KubeAPIServer []string `json:"kubeAPIServer"`
+	Etcd          string   `json:"etcd"`
+}
+
+// Settings are the knobs of one harness run.
+type Settings struct {
+	MicroRuns      int    `json:"microRuns"`
+	MicroBenchtime string `json:"microBenchtime"`
+	Rounds         int    `json:"rounds"`
+	Protocol       string `json:"protocol"`
+	Concurrency    int    `json:"concurrency"`
+	Requests       int    `json:"requests"`
+	Duration       string `json:"duration"`
+}
+
+// Results is one harness run.
+type Results struct {
+	Date     string   `json:"date"`
+	Machine  Machine  `json:"machine"`
+	Settings Settings `json:"settings"`
+	// Benchmarks are the micro benchmarks, medians over their runs.
+	Benchmarks []Benchmark `json:"benchmarks"`
+	// Paths are the macro measurements, medians over the rounds.
+	Paths []Path `json:"paths"`
+	// Figures are the derived values the budgets and the summary use, each the
+	// median of per-run (or per-round) values.
+	Figures []Figure `json:"figures"`
+	// Topology describes the macro set-up: servers, requests and why.
+	Topology string `json:"topology,omitempty"`
+	// WallSeconds is how long the whole harness run took.
+	WallSeconds Number `json:"wallSeconds"`
+}
+
+// Benchmark is one micro benchmark's medians.
+type Benchmark struct {
+	Name        string            `json:"name"`
+	Runs        int               `json:"runs"`
+	NsPerOp     Number            `json:"nsPerOp"`
+	BytesPerOp  Number            `json:"bytesPerOp"`
+	AllocsPerOp Number            `json:"allocsPerOp"`
+	Extra       map[string]Number `json:"extra,omitempty"`
+}
+
+// Path is one macro path's medians over the rounds; latencies in microseconds.
+type Path struct {
+	ID     string `json:"id"`
+	Label  string `json:"label"`
+	Rounds int    `json:"rounds"`
+	P50    Number `json:"p50_us"`
+	P90    Number `json:"p90_us"`
+	P99    Number `json:"p99_us"`
+	RPS    Number `json:"rps"`
+	// AddedP50 is the median over rounds of this path's p50 minus its floor's
+	// p50 in the same round; NaN for a floor.
+	AddedP50 Number `json:"addedP50_us"`
+	Floor    string `json:"floor,omitempty"`
+	// OK and Errors total the measured requests over all rounds.
+	OK     int `json:"ok"`
+	Errors int `json:"errors"`
+}
+
+// Figure is a derived value: Value is the median of Runs.
+type Figure struct {
+	// Group is GroupMicro or GroupMacro.
+	Group string   `json:"group"`
+	Key   string   `json:"key"`
+	Label string   `json:"label"`
+	Unit  string   `json:"unit"`
+	Value Number   `json:"value"`
+	Runs  []Number `json:"runs"`
+}
+
+// Figure returns the figure with key.
+func (r *Results) Figure(key string) (Figure, bool) {
+	for _, f := range r.Figures {
+		if f.Key == key {
+			return f, true
+		}
+	}
+	return Figure{}, false
+}
+
+// Path returns the path with id.
+func (r *Results) Path(id string) (Path, bool) {
+	for _, p := range r.Paths {
+		if p.ID == id {
+			return p, true
+		}
+	}
+	return Path{}, false
+}
+
+func (r *Results) addFigure(group, key, label, unit string, runs []float64) {
+	f := Figure{Group: group, Key: key, Label: label, Unit: unit, Value: Number(stats.Median(runs))}
+	for _, v := range runs {
+		f.Runs = append(f.Runs, Number(v))
+	}
+	r.Figures = append(r.Figures, f)
+}
+
+// Figure groups: where a figure's runs come from.
+const (
+	GroupMicro = "micro"
+	GroupMacro = "macro"
+)
+
+// Macro path identifiers. A path's floor is the direct request it adds a hop
+// to.
+const (
+	PathDirect           = "direct"
+	PathDirectCapable    = "direct-capable"
+	PathPlainProxy       = "plain-proxy"
+	PathSkewgate         = "skewgate"
+	PathSkewgateRerouted = "skewgate-rerouted"
+	PathMVPRerouted      = "mvp-rerouted"
+	PathSkewgateAPIs     = "skewgate-apis"
+	PathAPIServerAPIs    = "apiserver-apis"
+	PathSkewgateAPIs304  = "skewgate-apis-304"
+	PathAPIServerAPIs304 = "apiserver-apis-304"
+)
+
+// PathSpec names a macro path and its floor.
+type PathSpec struct {
+	ID, Label, Floor string
+}
+
+// MacroPaths lists the macro paths in the order every round measures them.
+var MacroPaths = []PathSpec{
+	{PathDirect, "direct to the API servers (no re-route needed)", ""},
+	{PathPlainProxy, "plain Go reverse proxy", PathDirect},
+	{PathSkewgate, "skewgate serve, no re-route", PathDirect},
+	{PathDirectCapable, "direct to the only capable server", ""},
+	{PathSkewgateRerouted, "skewgate serve, re-routed", PathDirectCapable},
+	{PathMVPRerouted, "upstream MVP, proxied by a peer", PathDirectCapable},
+	{PathSkewgateAPIs, "skewgate merged /apis", ""},
+	{PathAPIServerAPIs, "kube-apiserver peer-aggregated /apis", ""},
+	{PathSkewgateAPIs304, "skewgate merged /apis, 304", ""},
+	{PathAPIServerAPIs304, "kube-apiserver peer-aggregated /apis, 304", ""},
+}
+
+func pathSpec(id string) (PathSpec, bool) {
+	i := slices.IndexFunc(MacroPaths, func(p PathSpec) bool { return p.ID == id })
+	if i < 0 {
+		return PathSpec{}, false
+	}
+	return MacroPaths[i], true
+}
+
+// Round is one round of macro measurements, by path ID.
+type Round map[string]*loadgen.Result
+
+// AddMacro summarises the rounds into Paths and the macro figures. Every
+// figure is computed per round, from measurements taken minutes apart at
+// most, and then reduced to its median.
+func (r *Results) AddMacro(rounds []Round) error {
+	for _, spec := range MacroPaths {
+		p := Path{ID: spec.ID, Label: spec.Label, Floor: spec.Floor}
+		var p50, p90, p99, rps, added []float64
+		for _, round := range rounds {
+			res := round[spec.ID]
+			if res == nil {
+				return fmt.Errorf("a round lacks path %s", spec.ID)
+			}
+			p.Rounds++
+			p.OK += res.OK
+			for _, n := range res.Errors {
+				p.Errors += n
+			}
+			p50, p90, p99 = append(p50, okValue(res, res.P50)), append(p90, okValue(res, res.P90)), append(p99, okValue(res, res.P99))
+			rps = append(rps, res.RPS)
+			if spec.Floor != "" {
+				added = append(added, addedP50(round, spec.ID))
+			}
+		}
+		p.P50, p.P90, p.P99 = Number(stats.Median(p50)), Number(stats.Median(p90)), Number(stats.Median(p99))
+		p.RPS, p.AddedP50 = Number(stats.Median(rps)), Number(stats.Median(added))
+		r.Paths = append(r.Paths, p)
+	}
+	perRound := func(f func(Round) float64) []float64 {
+		out := make([]float64, len(rounds))
+		for i, round := range rounds {
+			out[i] = f(round)
+		}
+		return out
+	}
+	addedRatio := func(a, b string) func(Round) float64 {
+		return func(round Round) float64 { return positiveRatio(addedP50(round, a), addedP50(round, b)) }
+	}
+	rpsRatio := func(a, b string) func(Round) float64 {
+		return func(round Round) float64 { return stats.Ratio(round[a].RPS, round[b].RPS) }
+	}
+	p50Ratio := func(a, b string) func(Round) float64 {
+		return func(round Round) float64 {
+			return stats.Ratio(okValue(round[a], round[a].P50), okValue(round[b], round[b].P50))
+		}
+	}
+	r.addFigure(GroupMacro, FigureReroutedAddedP50, "re-routed: skewgate added p50 / in-server MVP added p50", "ratio", perRound(addedRatio(PathSkewgateRerouted, PathMVPRerouted)))
+	r.addFigure(GroupMacro, FigureReroutedRPS, "re-routed: skewgate rps / in-server MVP rps", "ratio", perRound(rpsRatio(PathSkewgateRerouted, PathMVPRerouted)))
+	r.addFigure(GroupMacro, FigureForwardAddedP50, "no re-route: skewgate added p50 / plain reverse proxy added p50", "ratio", perRound(addedRatio(PathSkewgate, PathPlainProxy)))
+	r.addFigure(GroupMacro, FigureForwardRPS, "no re-route: skewgate rps / plain reverse proxy rps", "ratio", perRound(rpsRatio(PathSkewgate, PathPlainProxy)))
+	r.addFigure(GroupMacro, FigureAPIsRPS, "/apis: skewgate merged rps / kube-apiserver peer-aggregated rps", "ratio", perRound(rpsRatio(PathSkewgateAPIs, PathAPIServerAPIs)))
+	r.addFigure(GroupMacro, "apis.p50.skewgate_over_apiserver", "/apis: skewgate p50 / kube-apiserver p50", "ratio", perRound(p50Ratio(PathSkewgateAPIs, PathAPIServerAPIs)))
+	r.addFigure(GroupMacro, "apis304.rps.skewgate_over_apiserver", "/apis 304: skewgate rps / kube-apiserver rps", "ratio", perRound(rpsRatio(PathSkewgateAPIs304, PathAPIServerAPIs304)))
+	r.addFigure(GroupMacro, "apis304.p50.skewgate_over_apiserver", "/apis 304: skewgate p50 / kube-apiserver p50", "ratio", perRound(p50Ratio(PathSkewgateAPIs304, PathAPIServerAPIs304)))
+	return nil
+}
+
+// okValue is a latency figure of a run, NaN when the run had no successful
+// response (its percentiles then mean nothing).
+func okValue(res *loadgen.Result, v float64) float64 {
+	if res == nil || res.OK == 0 {
+		return math.NaN()
+	}
+	return v
+}
+
+// addedP50 is what path id adds to its floor's p50 in one round.
+func addedP50(round Round, id string) float64 {
+	spec, ok := pathSpec(id)
+	if !ok || spec.Floor == "" || round[id] == nil || round[spec.Floor] == nil {
+		return math.NaN()
+	}
+	return okValue(round[id], round[id].P50) - okValue(round[spec.Floor], round[spec.Floor].P50)
+}
+
+// positiveRatio is a / b for an added latency b that is positive; a hop that
+// measured as no slower than its floor leaves the round's ratio undefined.
+func positiveRatio(a, b float64) float64 {
+	if !(b > 0) {
+		return math.NaN()
+	}
+	return stats.Ratio(a, b)
+}
+
+// Figure keys the budgets refer to.
+const (
+	FigureReroutedAddedP50 = "rerouted.added_p50.skewgate_over_mvp"
+	FigureReroutedRPS      = "rerouted.rps.skewgate_over_mvp"
+	FigureForwardAddedP50  = "forward.added_p50.skewgate_over_plain"
+	FigureForwardRPS       = "forward.rps.skewgate_over_plain"
+	FigureAPIsRPS          = "apis.rps.skewgate_over_apiserver"
+	FigurePluginRequestNs  = "plugin.request.max_ns"
+	FigureDecideNs         = "decide.max_ns"
+	FigureDecideAllocs     = "decide.max_allocs"
+	FigureMerge            = "merge.skewgate_over_upstream"
+)
+
+// Micro benchmark names the figures are derived from.
+const (
+	benchRouting       = "BenchmarkRequestRouting/"
+	benchDecide        = "BenchmarkDecide/"
+	benchMerge         = "BenchmarkMergeAndETag/"
+	benchPluginRequest = "BenchmarkPluginRequestHeaders/"
+	benchConfigure     = "BenchmarkPluginConfigure/"
+	benchGuestMemory   = "BenchmarkPluginGuestMemory"
+)
+
+// AddMicro summarises `go test -bench` results into Benchmarks and the micro
+// figures.
+func (r *Results) AddMicro(lines []BenchLine) {
+	runs := Runs(lines)
+	names := make([]string, 0, len(runs))
+	for name := range runs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		r.Benchmarks = append(r.Benchmarks, summarizeBenchmark(name, runs[name]))
+	}
+	// Per-kind pairs: the k-th run of each side was measured side by side.
+	for _, kind := range kinds(names, benchRouting, "/skewgate") {
+		base := benchRouting + kind + "/"
+		r.addFigure(GroupMicro, "routing."+kind+".skewgate_over_upstream", "ParseRequestInfo+Decide / upstream NewRequestInfo+lookup: "+kind, "ratio",
+			pairRatios(runs[base+"skewgate"], runs[base+"upstream"], "ns/op"))
+	}
+	if ks := kinds(names, benchRouting, "/skewgate"); len(ks) > 0 {
+		r.addFigure(GroupMicro, "routing.all.skewgate_over_upstream", "ParseRequestInfo+Decide / upstream, all request kinds", "ratio",
+			sumRatios(runs, ks, benchRouting, "/skewgate", "/upstream"))
+	}
+	if decide := withPrefix(names, benchDecide); len(decide) > 0 {
+		r.addFigure(GroupMicro, FigureDecideNs, "Decide, slowest request kind", "ns/op", perRunMax(runs, decide, "ns/op"))
+		r.addFigure(GroupMicro, FigureDecideAllocs, "Decide, most allocations of any request kind", "allocs/op", perRunMax(runs, decide, "allocs/op"))
+	}
+	if _, ok := runs[benchMerge+"skewgate"]; ok {
+		r.addFigure(GroupMicro, FigureMerge, "merge+ETag of three real /apis: skewgate / upstream", "ratio",
+			pairRatios(runs[benchMerge+"skewgate"], runs[benchMerge+"upstream"], "ns/op"))
+	}
+	pluginKinds := kinds(names, benchPluginRequest, "/wasm")
+	for _, kind := range pluginKinds {
+		base := benchPluginRequest + kind + "/"
+		r.addFigure(GroupMicro, "plugin."+kind+".wasm_over_native", "plugin request headers in wazero / native Decide: "+kind, "ratio",
+			pairRatios(runs[base+"wasm"], runs[base+"native"], "ns/op"))
+		r.addFigure(GroupMicro, "plugin."+kind+".stream_over_native", "whole plugin stream in wazero / native Decide: "+kind, "ratio",
+			pairRatios(runs[base+"wasm-stream"], runs[base+"native"], "ns/op"))
+	}
+	// The request budget covers API requests, forwarded or re-routed; the
+	// plugin answering discovery itself is reported by its ratios above.
+	var resourceCalls []string
+	for _, kind := range pluginKinds {
+		if !strings.HasPrefix(kind, "discovery") {
+			resourceCalls = append(resourceCalls, benchPluginRequest+kind+"/wasm")
+		}
+	}
+	if len(resourceCalls) > 0 {
+		r.addFigure(GroupMicro, FigurePluginRequestNs, "plugin request-headers call in wazero, slowest API request shape", "ns/op",
+			perRunMax(runs, resourceCalls, "ns/op"))
+	}
+	for _, name := range withPrefix(names, benchConfigure+"instances=") {
+		vms := strings.TrimPrefix(name, benchConfigure+"instances=")
+		r.addFigure(GroupMicro, "plugin.configure.vms="+vms+".over_native", "snapshot push to "+vms+" VM(s) / native parse+index", "ratio",
+			pairRatios(runs[name], runs[benchConfigure+"native"], "ns/op"))
+	}
+	if mem, ok := runs[benchGuestMemory]; ok {
+		r.addFigure(GroupMicro, "plugin.memory.mib_per_vm", "guest memory per VM after 1M requests", "MiB", metricRuns(mem, "MiB/vm"))
+	}
+}
+
+func summarizeBenchmark(name string, runs []BenchLine) Benchmark {
+	b := Benchmark{Name: name, Runs: len(runs), NsPerOp: Number(stats.Median(metricRuns(runs, "ns/op"))),
+		BytesPerOp: Number(stats.Median(metricRuns(runs, "B/op"))), AllocsPerOp: Number(stats.Median(metricRuns(runs, "allocs/op")))}
+	for unit := range runs[0].Metrics {
+		switch unit {
+		case "ns/op", "B/op", "allocs/op":
+			continue
+		}
+		if b.Extra == nil {
+			b.Extra = map[string]Number{}
+		}
+		b.Extra[unit] = Number(stats.Median(metricRuns(runs, unit)))
+	}
+	return b
+}
+
+// metricRuns is one metric of every run, NaN where a run lacks it.
+func metricRuns(runs []BenchLine, unit string) []float64 {
+	out := make([]float64, len(runs))
+	for i, l := range runs {
+		v, ok := l.Metrics[unit]
+		if !ok {
+			v = math.NaN()
+		}
+		out[i] = v
+	}
+	return out
+}
+
+// pairRatios divides the k-th run of a by the k-th run of b.
+func pairRatios(a, b []BenchLine, unit string) []float64 {
+	av, bv := metricRuns(a, unit), metricRuns(b, unit)
+	out := make([]float64, min(len(av), len(bv)))
+	for k := range out {
+		out[k] = stats.Ratio(av[k], bv[k])
+	}
+	return out
+}
+
+// sumRatios divides, per run, the total of every kind's a-side by the total of
+// its b-side: the cost of the whole request mix.
+func sumRatios(runs map[string][]BenchLine, kinds []string, prefix, a, b string) []float64 {
+	n := math.MaxInt
+	for _, k := range kinds {
+		n = min(n, len(runs[prefix+k+a]), len(runs[prefix+k+b]))
+	}
+	out := make([]float64, n)
+	for run := range out {
+		var sa, sb float64
+		for _, k := range kinds {
+			sa += runs[prefix+k+a][run].Metrics["ns/op"]
+			sb += runs[prefix+k+b][run].Metrics["ns/op"]
+		}
+		out[run] = stats.Ratio(sa, sb)
+	}
+	return out
+}
+
+// perRunMax is, per run, the largest value of unit among the benchmarks.
+func perRunMax(runs map[string][]BenchLine, names []string, unit string) []float64 {
+	n := math.MaxInt
+	for _, name := range names {
+		n = min(n, len(runs[name]))
+	}
+	out := make([]float64, n)
+	for run := range out {
+		out[run] = math.Inf(-1)
+		for _, name := range names {
+			v, ok := runs[name][run].Metrics[unit]
+			if !ok {
+				v = math.NaN()
+			}
+			out[run] = math.Max(out[run], v)
+		}
+	}
+	return out
+}
+
+// kinds lists X for every name prefix+X+suffix, X without a slash.
+func kinds(names []string, prefix, suffix string) []string {
+	var out []string
+	for _, name := range names {
+		rest, ok := strings.CutPrefix(name, prefix)
+		if !ok {
+			continue
+		}
+		if kind, ok := strings.CutSuffix(rest, suffix); ok && kind != "" && !strings.Contains(kind, "/") {
+			out = append(out, kind)
+		}
+	}
+	return out
+}
+
+func withPrefix(names []string, prefix string) []string {
+	var out []string
+	for _, name := range names {
+		if strings.HasPrefix(name, prefix) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// Save writes the results as <dir>/<date>.json.
+func (r *Results) Save(dir string) (string, error) {
+	raw, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, r.Date+".json")
+	return path, os.WriteFile(path, append(raw, '\n'), 0o644)
+}
+
+// Load reads a results file.
+func Load(path string) (*Results, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Results
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &r, nil
+}
+
+// Latest returns the newest results file in dir: names are ISO dates, so the
+// lexically greatest <date>.json is the latest.
+func Latest(dir string) (string, error) {
+	matches, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return "", err
+	}
+	if len(matches) == 0 {
+		return "", errors.New("no results in " + dir + ": run `make bench` first")
+	}
+	slices.Sort(matches)
+	return matches[len(matches)-1], nil
+}

@@ -1,0 +1,326 @@
+package wasmhost
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/fixtures"
+	"github.com/skewgate/skewgate/host/envoyabi"
+)
+
+// The built plugin in this host against its native decision core, on the
+// discovery documents of three real servers (the default API sets of v1.35.4,
+// v1.36.3 and v1.37.2 captured in fixtures/). bench/ runs these through its
+// harness; the ratios it reports are taken within one run.
+
+var benchPlaneVersions = []string{"v1.35.4", "v1.36.3", "v1.37.2"}
+
+// benchSnapshot renders the snapshot of the captured plane, every server healthy.
+func benchSnapshot(tb testing.TB, generation uint64) []byte {
+	tb.Helper()
+	manifest, err := fixtures.Load()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	type server struct {
+		ID      string          `json:"id"`
+		Cluster string          `json:"cluster"`
+		Version string          `json:"version"`
+		Healthy bool            `json:"healthy"`
+		APIs    json.RawMessage `json:"apis"`
+		API     json.RawMessage `json:"api"`
+	}
+	servers := make([]server, len(benchPlaneVersions))
+	for _, doc := range manifest.Documents {
+		i := slices.Index(benchPlaneVersions, doc.Version)
+		if i < 0 || doc.Profile != "default" {
+			continue
+		}
+		body, err := doc.Body()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		s := &servers[i]
+		s.ID, s.Cluster, s.Version, s.Healthy = doc.ServerID, "kube-"+doc.Version, doc.Version, true
+		switch {
+		case strings.HasSuffix(doc.Path, "/apis.json"):
+			s.APIs = body
+		case strings.HasSuffix(doc.Path, "/api.json"):
+			s.API = body
+		}
+	}
+	for i, s := range servers {
+		if s.APIs == nil || s.API == nil {
+			tb.Fatalf("fixtures: the default documents of %s are missing", benchPlaneVersions[i])
+		}
+	}
+	raw, err := json.Marshal(map[string]any{"generation": generation, "servers": servers})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return raw
+}
+
+func benchPluginConfig(tb testing.TB, generation uint64) []byte {
+	tb.Helper()
+	raw, err := json.Marshal(map[string]json.RawMessage{"snapshot": benchSnapshot(tb, generation)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return raw
+}
+
+func benchIndex(tb testing.TB) *discovery.Index {
+	tb.Helper()
+	snap, err := discovery.ParseSnapshot(benchSnapshot(tb, 1))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ix, err := discovery.NewIndex(snap)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ix
+}
+
+func newBenchPluginHost(tb testing.TB, instances int) *Host {
+	tb.Helper()
+	wasm, err := builtPluginOnce()
+	if err != nil {
+		tb.Fatalf("the built plugin is missing (run `make build`): %v", err)
+	}
+	return newHost(tb, wasm, Options{
+		Envoy:               envoyabi.Envoy133,
+		Instances:           instances,
+		CompilationCacheDir: compilationCacheDir(),
+		PluginName:          "skewgate", RootID: "skewgate", VMID: "skewgate",
+		PluginConfiguration: benchPluginConfig(tb, 1),
+		Logger:              slog.New(slog.DiscardHandler),
+	})
+}
+
+const benchAcceptAggregated = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+
+// pluginBenchRequest is one request shape and the outcome the plugin must give it.
+type pluginBenchRequest struct {
+	name   string
+	method string
+	target string
+	extra  [][2]string
+	check  func(Outcome) error
+}
+
+func (r pluginBenchRequest) request() *Request {
+	return &Request{
+		Headers: append([][2]string{
+			{":method", r.method}, {":path", r.target}, {":authority", "kube.example"}, {":scheme", "https"},
+			{"authorization", "Bearer benchmark"}, {"user-agent", "kubectl/v1.36.3 (linux/amd64) kubernetes/abcdef0"},
+		}, r.extra...),
+		EndOfStream: true,
+		Properties:  Properties{RequestProtocol: "HTTP/2", TLS: &TLSProperties{Version: "TLSv1.3"}},
+	}
+}
+
+func (r pluginBenchRequest) decisionInput() discovery.Request {
+	req := discovery.Request{Method: r.method}
+	for _, kv := range r.extra {
+		switch kv[0] {
+		case "accept":
+			req.Accept = kv[1]
+		case "if-none-match":
+			req.IfNoneMatch = kv[1]
+		}
+	}
+	return req
+}
+
+func pluginBenchRequests(ix *discovery.Index) []pluginBenchRequest {
+	forwarded := func(rerouted bool) func(Outcome) error {
+		return func(out Outcome) error {
+			_, routed := header(out.Headers, "x-skewgate-upstream")
+			if out.Failed != nil || out.Verdict != Forward || routed != rerouted {
+				return fmt.Errorf("outcome %+v; want forward, routing header set: %v", out, rerouted)
+			}
+			return nil
+		}
+	}
+	return []pluginBenchRequest{
+		{name: "forward", method: "GET", target: "/apis/apps/v1/namespaces/default/deployments/web", check: forwarded(false)},
+		{name: "reroute", method: "GET", target: "/apis/certificates.k8s.io/v1/clustertrustbundles?watch=true&resourceVersion=1",
+			check: forwarded(true)},
+		{name: "discovery-not-modified", method: "GET", target: "/apis",
+			extra: [][2]string{{"accept", benchAcceptAggregated + ",application/json"}, {"if-none-match", ix.MergedAPIs().ETag}},
+			check: func(out Outcome) error {
+				if out.Failed != nil || out.Verdict != Respond || out.Response.Status != 304 {
+					return fmt.Errorf("outcome %+v; want a local 304", out)
+				}
+				return nil
+			}},
+	}
+}
+
+var pluginSinkAction discovery.Action
+
+// BenchmarkPluginRequestHeaders compares, per request shape, the native
+// decision (request target split and Decide), the plugin's
+// proxy_on_request_headers callback with every host call it makes (wasm), and
+// the whole stream the gateway runs per request (wasm-stream: context create,
+// request headers, log, done, delete).
+func BenchmarkPluginRequestHeaders(b *testing.B) {
+	ix := benchIndex(b)
+	h := newBenchPluginHost(b, 1)
+	ctx := context.Background()
+	for _, r := range pluginBenchRequests(ix) {
+		req := r.request()
+		if err := r.check(h.HandleRequestHeaders(ctx, req)); err != nil {
+			b.Fatalf("%s: %v", r.name, err)
+		}
+		b.Run(r.name, func(b *testing.B) {
+			b.Run("native", func(b *testing.B) {
+				in := r.decisionInput()
+				b.ReportAllocs()
+				for i := range b.N {
+					path, _, ok := discovery.SplitRequestTarget(r.target)
+					if !ok {
+						b.Fatal("malformed target")
+					}
+					in.Path = path
+					pluginSinkAction = ix.Decide(&in, uint64(i)).Action
+				}
+			})
+			b.Run("wasm", func(b *testing.B) { benchmarkRequestHeadersCallback(b, h, req) })
+			b.Run("wasm-stream", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if out := h.HandleRequestHeaders(ctx, req); out.Failed != nil {
+						b.Fatal(out.Failed)
+					}
+				}
+			})
+		})
+	}
+}
+
+// benchmarkRequestHeadersCallback runs proxy_on_request_headers again and again
+// on one live stream context, restoring the request headers the plugin
+// rewrites, as a fresh stream would present them.
+func benchmarkRequestHeadersCallback(b *testing.B, h *Host, req *Request) {
+	s := h.slots[0]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inst := s.inst
+	st := &inst.stream
+	st.begin(inst.newContextID(), inst.root, req)
+	defer st.finish()
+	sctx := guestContext{id: st.id, root: inst.root, stream: st}
+	if _, err := inst.call2(inst.fns.onContextCreate, sctx, sctx.id, inst.root.id); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		st.headers = append(st.headers[:0], req.Headers...)
+		st.routeCacheCleared, st.response = false, nil
+		inst.stack[0], inst.stack[1], inst.stack[2] = uint64(sctx.id), uint64(len(st.headers)), 1
+		st.inRequestHeaders = true
+		_, err := inst.invoke(inst.fns.onRequestHeaders, sctx)
+		st.inRequestHeaders = false
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, fn := range []struct {
+		name string
+		call func() error
+	}{
+		{"proxy_on_done", func() error { _, err := inst.call1(inst.fns.onDone, sctx, sctx.id); return err }},
+		{"proxy_on_delete", func() error { _, err := inst.call1(inst.fns.onDelete, sctx, sctx.id); return err }},
+	} {
+		if err := fn.call(); err != nil {
+			b.Fatalf("%s: %v", fn.name, err)
+		}
+	}
+}
+
+// BenchmarkPluginConfigure is a snapshot push of the three-server plane: the
+// native core (ParseSnapshot and NewIndex, which merges /apis and /api and
+// computes their ETags) against Host.Configure on 1, 2 and 4 VM instances,
+// which every instance runs in turn (a new root context each, committed only
+// when all accept).
+func BenchmarkPluginConfigure(b *testing.B) {
+	snapshots := [][]byte{benchSnapshot(b, 2), benchSnapshot(b, 3)}
+	configs := [][]byte{benchPluginConfig(b, 2), benchPluginConfig(b, 3)}
+	b.Run("native", func(b *testing.B) {
+		b.SetBytes(int64(len(snapshots[0])))
+		b.ReportAllocs()
+		for i := range b.N {
+			snap, err := discovery.ParseSnapshot(snapshots[i%2])
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := discovery.NewIndex(snap); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, instances := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("instances=%d", instances), func(b *testing.B) {
+			h := newBenchPluginHost(b, instances)
+			ctx := context.Background()
+			b.SetBytes(int64(len(configs[0])))
+			b.ReportAllocs()
+			for i := range b.N {
+				if err := h.Configure(ctx, configs[i%2]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// guestMemoryRequests is how many requests BenchmarkPluginGuestMemory sends
+// through one VM per operation.
+const guestMemoryRequests = 1_000_000
+
+// BenchmarkPluginGuestMemory sends a million requests (forwarded, re-routed,
+// merged /apis served with its body, and revalidated with 304) through one VM
+// per operation and reports the VM's linear memory afterwards: Wasm memory
+// never shrinks, so this is the high-water mark the plugin's garbage collector
+// keeps it to.
+func BenchmarkPluginGuestMemory(b *testing.B) {
+	ix := benchIndex(b)
+	h := newBenchPluginHost(b, 1)
+	ctx := context.Background()
+	mix := pluginBenchRequests(ix)
+	mix = append(mix, pluginBenchRequest{name: "discovery", method: "GET", target: "/apis",
+		extra: [][2]string{{"accept", benchAcceptAggregated}},
+		check: func(out Outcome) error {
+			if out.Failed != nil || out.Verdict != Respond || out.Response.Status != 200 || len(out.Response.Body) == 0 {
+				return fmt.Errorf("outcome %+v; want the merged /apis", out)
+			}
+			return nil
+		}})
+	requests := make([]*Request, len(mix))
+	for i, r := range mix {
+		requests[i] = r.request()
+	}
+	for b.Loop() {
+		for i := range guestMemoryRequests {
+			r := i % len(mix)
+			if err := mix[r].check(h.HandleRequestHeaders(ctx, requests[r])); err != nil {
+				b.Fatalf("request %d (%s): %v", i, mix[r].name, err)
+			}
+		}
+	}
+	if traps := h.counters.traps.Load(); traps != 0 {
+		b.Fatalf("%d traps", traps)
+	}
+	size := h.slots[0].inst.mem.Size()
+	b.ReportMetric(float64(size)/65536, "pages/vm")
+	b.ReportMetric(float64(size)/(1<<20), "MiB/vm")
+}
