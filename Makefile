@@ -5,9 +5,9 @@ BIN       := bin/skewgate
 FUZZTIME  ?= 3s
 # Packages that start real kube-apiservers run one at a time: two control
 # planes at once overload a 2-core machine.
-CLUSTER_PKGS := ./host/internal/testcluster/... ./host/e2e/...
+CLUSTER_PKGS := ./host/testcluster/... ./host/e2e/...
 # The binaries the real-cluster tests start, built from the Go module proxy into
-# the user cache on first use (see host/internal/testcluster).
+# the user cache on first use (see host/testcluster).
 TEST_BINARIES := etcd@v3.6.16,kube-apiserver@v1.35.4,kube-apiserver@v1.36.3,kubectl@v1.36.3
 # Each fuzz target runs briefly in `make test`; `make fuzz FUZZTIME=10m` runs them longer.
 FUZZ_TARGETS := \
@@ -48,10 +48,10 @@ test: build unit cluster-test fuzz
 
 unit:
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e /host/e2e -e /host/internal/testcluster)
+	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e /host/e2e -e /host/testcluster)
 
 test-binaries:
-	$(GO) run ./host/internal/testcluster/cmd/kubebin -only $(TEST_BINARIES)
+	$(GO) run ./host/testcluster/cmd/kubebin -only $(TEST_BINARIES)
 
 cluster-test: test-binaries
 	$(GO) test -count=1 -p 1 -timeout 30m $(CLUSTER_PKGS)
@@ -76,8 +76,8 @@ bench-check:
 
 # Re-captures fixtures/ from real kube-apiservers of every pinned version.
 fixtures:
-	$(GO) run ./host/internal/testcluster/cmd/kubebin
-	$(GO) run ./host/internal/testcluster/cmd/capture-fixtures
+	$(GO) run ./host/testcluster/cmd/kubebin
+	$(GO) run ./host/testcluster/cmd/capture-fixtures
 
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skewgate/skewgate/host/internal/testcluster"
+	"github.com/skewgate/skewgate/host/testcluster"
 )
 
 // backendHeader tells the test which backend the round-robin proxy picked for a response.

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 
-	"github.com/skewgate/skewgate/host/internal/testcluster"
+	"github.com/skewgate/skewgate/host/testcluster"
 )
 
 // Accept headers of aggregated discovery: the peer-aggregated view, and one server's own view.

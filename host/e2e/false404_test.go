@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/skewgate/skewgate/host/internal/testcluster"
+	"github.com/skewgate/skewgate/host/testcluster"
 )
 
 // TestNoFalse404ThroughSkewgate sends the baseline's traffic, on the same skewed cluster,

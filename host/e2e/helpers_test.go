@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skewgate/skewgate/host/internal/testcluster"
+	"github.com/skewgate/skewgate/host/testcluster"
 )
 
 // clusterStartTimeout covers building missing Kubernetes binaries (minutes on a cold Go cache)

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skewgate/skewgate/host/internal/testcluster"
+	"github.com/skewgate/skewgate/host/testcluster"
 )
 
 const (

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/skewgate/skewgate/host/internal/devpki"
-	"github.com/skewgate/skewgate/host/internal/testcluster"
+	"github.com/skewgate/skewgate/host/testcluster"
 )
 
 // TestSecurityThroughSkewgate attacks the gateway the way a client or a rogue backend could:

@@ -23,7 +23,7 @@ import (
 
 	"github.com/skewgate/skewgate/host/internal/controller"
 	"github.com/skewgate/skewgate/host/internal/devpki"
-	"github.com/skewgate/skewgate/host/internal/testcluster"
+	"github.com/skewgate/skewgate/host/testcluster"
 )
 
 // Identity modes of `skewgate serve --identity-mode`.

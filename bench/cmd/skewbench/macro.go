@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -14,16 +16,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/skewgate/skewgate/bench/internal/kubecluster"
 	"github.com/skewgate/skewgate/bench/internal/loadgen"
 	"github.com/skewgate/skewgate/bench/internal/report"
+	"github.com/skewgate/skewgate/host/testcluster"
 )
 
-// Pinned versions, as host/internal/testcluster pins them.
+// The cluster harness's pinned versions, so the benchmark runs the binaries the tests run.
 const (
-	etcdVersion      = "v3.6.16"
-	oldServerVersion = "v1.35.4"
-	newServerVersion = "v1.36.3"
+	etcdVersion      = testcluster.EtcdVersion
+	oldServerVersion = testcluster.KubeVersion135
+	newServerVersion = testcluster.KubeVersion136
 )
 
 // The control plane mid-upgrade. Path 5 (upstream's in-server proxy) needs a
@@ -36,7 +38,7 @@ const (
 	serverExtra        // v1.36.3 with the proxy and coordination.k8s.io/v1alpha2: the only server of the resource
 )
 
-var clusterSpec = []kubecluster.ServerSpec{
+var clusterSpec = []testcluster.ServerSpec{
 	serverOld:   {Name: "bench-1-35", Version: oldServerVersion},
 	serverNew:   {Name: "bench-1-36", Version: newServerVersion, MVP: true},
 	serverExtra: {Name: "bench-1-36-extra", Version: newServerVersion, MVP: true, RuntimeConfig: []string{"coordination.k8s.io/v1alpha2=true"}},
@@ -68,7 +70,6 @@ third. Every client authenticates with the same bearer token (group system:maste
 cluster CA. /apis uses client-go's aggregated-discovery Accept header; the 304 paths send the ETag each side served.`, "|", "`")
 
 type macroConfig struct {
-	repo                          string
 	skewgate, wasm, loadgen, self string
 	rounds, concurrency, requests int
 	warmup                        int
@@ -81,12 +82,14 @@ func (macroConfig) kubeVersions() []string { return []string{oldServerVersion, n
 
 // macroEnv is the running set-up.
 type macroEnv struct {
-	cfg         macroConfig
-	cluster     *kubecluster.Cluster
-	client      *http.Client
+	cfg     macroConfig
+	cluster *testcluster.Cluster
+	client  *http.Client
+	// serverURLs are the kube-apiservers' URLs, in clusterSpec order.
+	serverURLs  []string
 	skewgateURL string
 	plainURL    string
-	procs       []*kubecluster.Process
+	procs       []*testcluster.Process
 	// etags are the /apis ETags each side serves, for the 304 paths.
 	skewgateETag, apiserverETag string
 }
@@ -94,20 +97,17 @@ type macroEnv struct {
 // runMacro starts the cluster and both proxies, waits until every path
 // answers as it should, then measures the paths in interleaved rounds.
 func runMacro(ctx context.Context, cfg macroConfig) ([]report.Round, error) {
-	fmt.Fprintf(cfg.progress, "skewbench: building or finding etcd %s and kube-apiserver %v\n", etcdVersion, cfg.kubeVersions())
-	bins, err := kubecluster.EnsureBinaries(ctx, cfg.repo, etcdVersion, cfg.kubeVersions(), cfg.progress)
+	fmt.Fprintf(cfg.progress, "skewbench: starting etcd %s and three kube-apiservers %v (binaries are built on first use)\n",
+		etcdVersion, cfg.kubeVersions())
+	cluster, err := testcluster.Start(ctx, progressLogger{cfg.progress}, testcluster.Spec{Servers: clusterSpec})
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintln(cfg.progress, "skewbench: starting etcd and three kube-apiservers")
-	cluster, err := kubecluster.Start(ctx, bins, clusterSpec)
-	if err != nil {
-		return nil, err
-	}
-	// Every endpoint serves the cluster's serving certificate, valid for the
-	// name the client verifies.
-	env := &macroEnv{cfg: cfg, cluster: cluster, client: cluster.Client()}
+	env := &macroEnv{cfg: cfg, cluster: cluster, client: tokenClient(cluster)}
 	defer env.close()
+	for _, s := range cluster.Servers() {
+		env.serverURLs = append(env.serverURLs, s.URL)
+	}
 	if err := env.startPlainProxy(ctx); err != nil {
 		return nil, err
 	}
@@ -142,7 +142,27 @@ func (e *macroEnv) close() {
 	e.cluster.Close()
 }
 
-func (e *macroEnv) serverURL(i int) string { return e.cluster.Servers[i].URL }
+// progressLogger prints the cluster harness's messages as progress lines.
+type progressLogger struct{ w io.Writer }
+
+func (l progressLogger) Logf(format string, args ...any) {
+	fmt.Fprintf(l.w, "skewbench: %s\n", fmt.Sprintf(format, args...))
+}
+
+// tokenClient authenticates as loadgen does, with the admin bearer token and no
+// client certificate. Every endpoint serves the cluster's serving certificate,
+// valid for the name the client verifies.
+func tokenClient(cluster *testcluster.Cluster) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig:    &tls.Config{RootCAs: cluster.CAPool(), ServerName: testcluster.ServingServerName, MinVersion: tls.VersionTLS12},
+		DisableCompression: true,
+	}}
+}
+
+func (e *macroEnv) serverURL(i int) string { return e.serverURLs[i] }
+
+// loopback is 127.0.0.1:port.
+func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 
 // startProcess starts the command argv builds for fresh loopback ports and
 // waits until the URL ready builds answers 200, retrying with other ports if
@@ -151,11 +171,11 @@ func (e *macroEnv) startProcess(ctx context.Context, name string, nPorts int, ar
 	ready func(ports []int) string) ([]int, error) {
 	var lastErr error
 	for attempt := 1; attempt <= 3; attempt++ {
-		ports, err := kubecluster.FreePorts(nPorts)
+		ports, err := testcluster.FreePorts(nPorts)
 		if err != nil {
 			return nil, err
 		}
-		proc, err := kubecluster.StartProcess(name, filepath.Join(e.cluster.Dir, name+".log"), argv(ports), nil)
+		proc, err := testcluster.StartProcess(name, filepath.Join(e.cluster.Dir(), name+".log"), argv(ports))
 		if err != nil {
 			return nil, err
 		}
@@ -163,57 +183,57 @@ func (e *macroEnv) startProcess(ctx context.Context, name string, nPorts int, ar
 			e.procs = append(e.procs, proc)
 			return ports, nil
 		}
-		lastErr = fmt.Errorf("%w\n%s", lastErr, proc.Tail(30))
+		lastErr = fmt.Errorf("%w\n%s", lastErr, proc.LogTail(30))
 		proc.Stop(10 * time.Second)
 	}
 	return nil, fmt.Errorf("%s did not start: %w", name, lastErr)
 }
 
 func (e *macroEnv) startPlainProxy(ctx context.Context) error {
-	pki := e.cluster.PKI
+	files := e.cluster.PKI().Files
 	ports, err := e.startProcess(ctx, "plain-proxy", 1, func(ports []int) []string {
-		argv := []string{e.cfg.self, "plain-proxy", "-listen", kubecluster.LoopbackAddress(ports[0]),
-			"-tls-cert-file", pki.ServingCert, "-tls-private-key-file", pki.ServingKey, "-peer-ca-file", pki.CA}
-		for i := range e.cluster.Servers {
-			argv = append(argv, "-backend", e.serverURL(i))
+		argv := []string{e.cfg.self, "plain-proxy", "-listen", loopback(ports[0]),
+			"-tls-cert-file", files.ServingCert, "-tls-private-key-file", files.ServingKey, "-peer-ca-file", files.CACert}
+		for _, u := range e.serverURLs {
+			argv = append(argv, "-backend", u)
 		}
 		return argv
-	}, func(ports []int) string { return "https://" + kubecluster.LoopbackAddress(ports[0]) + commonPath })
+	}, func(ports []int) string { return "https://" + loopback(ports[0]) + commonPath })
 	if err != nil {
 		return err
 	}
-	e.plainURL = "https://" + kubecluster.LoopbackAddress(ports[0])
+	e.plainURL = "https://" + loopback(ports[0])
 	return nil
 }
 
 func (e *macroEnv) startSkewgate(ctx context.Context) error {
-	pki := e.cluster.PKI
+	files := e.cluster.PKI().Files
 	fmt.Fprintln(e.cfg.progress, "skewbench: starting skewgate serve")
 	ports, err := e.startProcess(ctx, "skewgate", 2, func(ports []int) []string {
 		argv := []string{e.cfg.skewgate, "serve",
 			"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(ports[0]),
-			"--tls-cert-file=" + pki.ServingCert, "--tls-private-key-file=" + pki.ServingKey,
-			"--peer-ca-file=" + pki.CA,
-			"--proxy-client-cert-file=" + pki.FrontProxyClientCert, "--proxy-client-key-file=" + pki.FrontProxyClientKey,
+			"--tls-cert-file=" + files.ServingCert, "--tls-private-key-file=" + files.ServingKey,
+			"--peer-ca-file=" + files.CACert,
+			"--proxy-client-cert-file=" + files.FrontProxyClientCert, "--proxy-client-key-file=" + files.FrontProxyClientKey,
 			"--identity-mode=passthrough",
-			"--metrics-bind-address=" + kubecluster.LoopbackAddress(ports[1]),
+			"--metrics-bind-address=" + loopback(ports[1]),
 			"--wasm=" + e.cfg.wasm,
 		}
-		for i := range e.cluster.Servers {
-			argv = append(argv, "--apiserver="+e.serverURL(i))
+		for _, u := range e.serverURLs {
+			argv = append(argv, "--apiserver="+u)
 		}
 		return argv
-	}, func(ports []int) string { return "http://" + kubecluster.LoopbackAddress(ports[1]) + "/readyz" })
+	}, func(ports []int) string { return "http://" + loopback(ports[1]) + "/readyz" })
 	if err != nil {
 		return err
 	}
-	e.skewgateURL = "https://" + kubecluster.LoopbackAddress(ports[0])
+	e.skewgateURL = "https://" + loopback(ports[0])
 	return nil
 }
 
 // waitStatus polls url until it answers want, the process exits, or three
 // minutes pass.
-func (e *macroEnv) waitStatus(ctx context.Context, proc *kubecluster.Process, url string, header http.Header, want int) error {
+func (e *macroEnv) waitStatus(ctx context.Context, proc *testcluster.Process, url string, header http.Header, want int) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	last := "no answer"
@@ -252,7 +272,7 @@ func (e *macroEnv) get(ctx context.Context, url string, header http.Header) (int
 		req.Header[k] = v
 	}
 	if req.URL.Scheme == "https" {
-		req.Header.Set("Authorization", "Bearer "+e.cluster.PKI.AdminToken)
+		req.Header.Set("Authorization", "Bearer "+e.cluster.PKI().AdminToken)
 	}
 	resp, err := e.client.Do(req)
 	if err != nil {
@@ -315,8 +335,8 @@ type pathTarget struct {
 func (e *macroEnv) target(id string) pathTarget {
 	every := func(path string) []string {
 		var urls []string
-		for i := range e.cluster.Servers {
-			urls = append(urls, e.serverURL(i)+path)
+		for _, u := range e.serverURLs {
+			urls = append(urls, u+path)
 		}
 		return urls
 	}
@@ -351,7 +371,8 @@ func (e *macroEnv) target(id string) pathTarget {
 // measure runs loadgen once for a path.
 func (e *macroEnv) measure(ctx context.Context, id string) (*loadgen.Result, error) {
 	t := e.target(id)
-	args := []string{"-ca-file", e.cluster.PKI.CA, "-token-file", e.cluster.PKI.AdminTokenFile,
+	files := e.cluster.PKI().Files
+	args := []string{"-ca-file", files.CACert, "-token-file", files.AdminToken,
 		"-protocol", e.cfg.protocol, "-concurrency", strconv.Itoa(e.cfg.concurrency),
 		"-requests", strconv.Itoa(e.cfg.requests), "-duration", e.cfg.duration.String(),
 		"-warmup", strconv.Itoa(e.cfg.warmup), "-expect-status", strconv.Itoa(t.status)}

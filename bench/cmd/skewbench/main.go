@@ -128,7 +128,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var (
 		micro = microConfig{repo: "."}
-		macro = macroConfig{repo: "."}
+		macro macroConfig
 	)
 	outDir := fs.String("out", filepath.Join("bench", "results"), "directory for the results files")
 	readme := fs.String("readme", filepath.Join("bench", "README.md"), "README whose results table is updated")

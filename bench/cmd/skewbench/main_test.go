@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/skewgate/skewgate/bench/internal/kubecluster"
 	"github.com/skewgate/skewgate/bench/internal/report"
 )
 
@@ -167,12 +166,11 @@ func TestPlainProxyRefusesNonLoopbackBackendsAndMissingCA(t *testing.T) {
 }
 
 func TestEveryMacroPathHasATarget(t *testing.T) {
-	cluster := &kubecluster.Cluster{}
-	for i := range clusterSpec {
-		cluster.Servers = append(cluster.Servers, &kubecluster.Server{ServerSpec: clusterSpec[i], URL: fmt.Sprintf("https://127.0.0.1:700%d", i)})
-	}
-	e := &macroEnv{cluster: cluster, skewgateURL: "https://127.0.0.1:8000", plainURL: "https://127.0.0.1:8001",
+	e := &macroEnv{skewgateURL: "https://127.0.0.1:8000", plainURL: "https://127.0.0.1:8001",
 		skewgateETag: `"S"`, apiserverETag: `"A"`}
+	for i := range clusterSpec {
+		e.serverURLs = append(e.serverURLs, fmt.Sprintf("https://127.0.0.1:700%d", i))
+	}
 	cases := []struct {
 		id       string
 		urls     []string

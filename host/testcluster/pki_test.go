@@ -83,24 +83,60 @@ func TestPKISubjectsCarryTheIdentitiesServersTrust(t *testing.T) {
 	}
 }
 
+func TestPKIKeyUsagesAndNamesMatchEachCertificatesRole(t *testing.T) {
+	p, err := newPKI(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const caUsage = x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature
+	for _, tc := range []struct {
+		name  string
+		cert  *x509.Certificate
+		isCA  bool
+		usage x509.KeyUsage
+		ext   []x509.ExtKeyUsage
+	}{
+		{"cluster CA", p.CA, true, caUsage, nil},
+		{"front-proxy CA", p.FrontProxyCA, true, caUsage, nil},
+		{"serving", p.Serving.Leaf, false, x509.KeyUsageDigitalSignature, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}},
+		{"admin", p.Admin.Leaf, false, x509.KeyUsageDigitalSignature, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
+		{"front-proxy client", p.FrontProxyClient.Leaf, false, x509.KeyUsageDigitalSignature, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.cert.IsCA != tc.isCA || !tc.cert.BasicConstraintsValid && tc.isCA {
+				t.Errorf("IsCA = %v (basic constraints valid: %v), want %v", tc.cert.IsCA, tc.cert.BasicConstraintsValid, tc.isCA)
+			}
+			if tc.cert.KeyUsage != tc.usage {
+				t.Errorf("key usage = %b, want %b", tc.cert.KeyUsage, tc.usage)
+			}
+			if !slices.Equal(tc.cert.ExtKeyUsage, tc.ext) {
+				t.Errorf("extended key usage = %v, want %v", tc.cert.ExtKeyUsage, tc.ext)
+			}
+		})
+	}
+	if !slices.Equal(p.Serving.Leaf.DNSNames, []string{"localhost", "kubernetes", "kubernetes.default", ServingServerName}) {
+		t.Errorf("serving DNS SANs = %v", p.Serving.Leaf.DNSNames)
+	}
+}
+
 func TestPKIFilesAreReadableByTheServersAndPrivate(t *testing.T) {
 	p, err := newPKI(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := p.files
+	f := p.Files
 	for _, pair := range [][2]string{
-		{f.servingCert, f.servingKey}, {f.frontProxyClientCert, f.frontProxyClientKey}, {f.adminCert, f.adminKey},
+		{f.ServingCert, f.ServingKey}, {f.FrontProxyClientCert, f.FrontProxyClientKey}, {f.AdminCert, f.AdminKey},
 	} {
 		if _, err := tls.LoadX509KeyPair(pair[0], pair[1]); err != nil {
 			t.Errorf("loading %s: %v", pair[0], err)
 		}
 	}
-	saKey, err := os.ReadFile(f.serviceAccountKey)
+	saKey, err := os.ReadFile(f.ServiceAccountKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	saPub, err := os.ReadFile(f.serviceAccountPub)
+	saPub, err := os.ReadFile(f.ServiceAccountPub)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +157,7 @@ func TestPKIFilesAreReadableByTheServersAndPrivate(t *testing.T) {
 		t.Error("service-account public key does not match the signing key")
 	}
 
-	tokens, err := os.ReadFile(f.tokens)
+	tokens, err := os.ReadFile(f.Tokens)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,8 +172,21 @@ func TestPKIFilesAreReadableByTheServersAndPrivate(t *testing.T) {
 	if p.AdminToken == p.UserToken || len(p.AdminToken) < 32 {
 		t.Errorf("tokens %q and %q are not distinct random values", p.AdminToken, p.UserToken)
 	}
+	if adminToken, err := os.ReadFile(f.AdminToken); err != nil || string(adminToken) != p.AdminToken+"\n" {
+		t.Errorf("admin token file = %q, %v; want the admin token alone", adminToken, err)
+	}
+	for path, want := range map[string]*x509.Certificate{f.CACert: p.CA, f.FrontProxyCACert: p.FrontProxyCA} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		block, _ := pem.Decode(data)
+		if block == nil || block.Type != "CERTIFICATE" || !slices.Equal(block.Bytes, want.Raw) {
+			t.Errorf("%s does not hold the CA certificate %s", path, want.Subject)
+		}
+	}
 
-	for _, path := range []string{f.caCert, f.servingKey, f.frontProxyClientKey, f.adminKey, f.serviceAccountKey, f.tokens} {
+	for _, path := range []string{f.CACert, f.ServingKey, f.FrontProxyClientKey, f.AdminKey, f.ServiceAccountKey, f.Tokens, f.AdminToken} {
 		info, err := os.Stat(path)
 		if err != nil {
 			t.Fatal(err)

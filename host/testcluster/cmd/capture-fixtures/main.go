@@ -7,7 +7,7 @@
 //
 // Usage, from anywhere inside the repository:
 //
-//	go run ./host/internal/testcluster/cmd/capture-fixtures [-out DIR]
+//	go run ./host/testcluster/cmd/capture-fixtures [-out DIR]
 package main
 
 import (
@@ -32,12 +32,12 @@ import (
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 
-	"github.com/skewgate/skewgate/host/internal/testcluster"
+	"github.com/skewgate/skewgate/host/testcluster"
 )
 
 const (
 	moduleRoot = "github.com/skewgate/skewgate"
-	command    = "go run ./host/internal/testcluster/cmd/capture-fixtures"
+	command    = "go run ./host/testcluster/cmd/capture-fixtures"
 
 	acceptAggregated = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 	acceptNoPeer     = acceptAggregated + ";profile=nopeer"

@@ -47,8 +47,8 @@ type kubeconfigContext struct {
 func (c *Cluster) writeKubeconfigs() error {
 	var cert, token kubeconfigUser
 	cert.Name = AdminUser
-	cert.User.ClientCertificate = c.pki.files.adminCert
-	cert.User.ClientKey = c.pki.files.adminKey
+	cert.User.ClientCertificate = c.pki.Files.AdminCert
+	cert.User.ClientKey = c.pki.Files.AdminKey
 	token.Name = AdminUser + "-token"
 	token.User.Token = c.pki.AdminToken
 
@@ -60,7 +60,7 @@ func (c *Cluster) writeKubeconfigs() error {
 			var cl kubeconfigCluster
 			cl.Name = s.info.Name
 			cl.Cluster.Server = s.info.URL
-			cl.Cluster.CertificateAuthority = c.pki.files.caCert
+			cl.Cluster.CertificateAuthority = c.pki.Files.CACert
 			cl.Cluster.TLSServerName = ServingServerName
 			var ctx kubeconfigContext
 			ctx.Name = s.info.Name

@@ -17,7 +17,7 @@ import (
 )
 
 // These tests run real etcd and kube-apiserver binaries. A binary missing from the cache is built
-// first (minutes per binary; `go run ./host/internal/testcluster/cmd/kubebin` pre-builds them), and
+// first (minutes per binary; `go run ./host/testcluster/cmd/kubebin` pre-builds them), and
 // a failed build fails the test.
 
 func startTestCluster(t *testing.T, spec Spec) *Cluster {
@@ -191,7 +191,7 @@ func TestClusterRestartUpgradesAServerInPlace(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if done, _ := proc.exited(); !done {
+	if done, _ := proc.Exited(); !done {
 		t.Error("kube-apiserver still running after Close")
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {

@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	go run ./host/internal/testcluster/cmd/kubebin [-only kube-apiserver@v1.36.3,etcd@v3.6.16]
+//	go run ./host/testcluster/cmd/kubebin [-only kube-apiserver@v1.36.3,etcd@v3.6.16]
 package main
 
 import (
@@ -16,7 +16,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/skewgate/skewgate/host/internal/testcluster"
+	"github.com/skewgate/skewgate/host/testcluster"
 )
 
 type binary struct {

@@ -27,7 +27,7 @@ func TestServerIDMatchesIdentityLeasesWrittenByRealServers(t *testing.T) {
 }
 
 func TestServerIDMatchesEveryServerThatProducedAFixture(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "..", "fixtures", "manifest.json"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "fixtures", "manifest.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

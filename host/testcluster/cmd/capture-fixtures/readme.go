@@ -33,7 +33,7 @@ func readme(m Manifest) string {
 	p("%s", m.Command)
 	p("```")
 	p("")
-	p("It builds any missing binary first (see `host/internal/testcluster`), starts real clusters on loopback, and rewrites")
+	p("It builds any missing binary first (see `host/testcluster`), starts real clusters on loopback, and rewrites")
 	p("everything in this directory that it generates. `manifest.json` is the machine-readable index of the files below.")
 	p("")
 	p("## Binaries")

@@ -89,7 +89,7 @@ type apiServer struct {
 	spec ServerSpec
 	port int
 	info Server
-	proc *process
+	proc *Process
 }
 
 // Cluster is a running etcd plus kube-apiservers. All methods are safe for concurrent use.
@@ -99,7 +99,7 @@ type Cluster struct {
 	pki          *PKI
 	startTimeout time.Duration
 
-	etcd    *process
+	etcd    *Process
 	etcdURL string
 
 	adminKubeconfig, tokenKubeconfig string
@@ -192,7 +192,7 @@ func Start(ctx context.Context, log Logger, spec Spec) (_ *Cluster, err error) {
 		return nil, err
 	}
 
-	ports, err := freePorts(len(spec.Servers))
+	ports, err := FreePorts(len(spec.Servers))
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +232,7 @@ func (c *Cluster) launch(ctx context.Context, s *apiServer, binary string, newPo
 		// The server ID is derived from the host name, so each server gets its own UTS namespace
 		// and host name. unshare and sh both exec in place, keeping one process per server.
 		argv := append([]string{"unshare", "--uts", "--", "sh", "-c", `hostname "$0" && exec "$@"`, s.spec.Name, binary}, args...)
-		proc, err := startProcess(s.spec.Name, logPath, argv)
+		proc, err := StartProcess(s.spec.Name, logPath, argv)
 		if err != nil {
 			return err
 		}
@@ -249,12 +249,12 @@ func (c *Cluster) launch(ctx context.Context, s *apiServer, binary string, newPo
 			s.info.HolderIdentity = holder
 			return nil
 		}
-		proc.stop(5 * time.Second)
+		proc.Stop(5 * time.Second)
 		s.info.Running = false
 		if !newPortOnConflict || attempt == apiserverStarts || !proc.logContains(addressInUse) {
 			return c.startFailure(s, err)
 		}
-		ports, perr := freePorts(1)
+		ports, perr := FreePorts(1)
 		if perr != nil {
 			return perr
 		}
@@ -264,33 +264,33 @@ func (c *Cluster) launch(ctx context.Context, s *apiServer, binary string, newPo
 }
 
 func (c *Cluster) startFailure(s *apiServer, err error) error {
-	c.log.Logf("kube-apiserver %s %s failed to start; last lines of its log:\n%s", s.spec.Name, s.spec.Version, s.proc.logTail(logTailLines))
+	c.log.Logf("kube-apiserver %s %s failed to start; last lines of its log:\n%s", s.spec.Name, s.spec.Version, s.proc.LogTail(logTailLines))
 	return fmt.Errorf("kube-apiserver %s %s: %w", s.spec.Name, s.spec.Version, err)
 }
 
 func (c *Cluster) apiserverArgs(s *apiServer) []string {
-	f := c.pki.files
+	f := c.pki.Files
 	port := strconv.Itoa(s.port)
 	args := []string{
 		"--etcd-servers=" + c.etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		"--secure-port=" + port,
-		"--tls-cert-file=" + f.servingCert,
-		"--tls-private-key-file=" + f.servingKey,
-		"--client-ca-file=" + f.caCert,
-		"--requestheader-client-ca-file=" + f.frontProxyCACert,
+		"--tls-cert-file=" + f.ServingCert,
+		"--tls-private-key-file=" + f.ServingKey,
+		"--client-ca-file=" + f.CACert,
+		"--requestheader-client-ca-file=" + f.FrontProxyCACert,
 		"--requestheader-allowed-names=" + FrontProxyClientName,
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
-		"--proxy-client-cert-file=" + f.frontProxyClientCert,
-		"--proxy-client-key-file=" + f.frontProxyClientKey,
+		"--proxy-client-cert-file=" + f.FrontProxyClientCert,
+		"--proxy-client-key-file=" + f.FrontProxyClientKey,
 		"--authorization-mode=RBAC",
-		"--token-auth-file=" + f.tokens,
+		"--token-auth-file=" + f.Tokens,
 		"--service-account-issuer=https://" + ServingServerName,
-		"--service-account-key-file=" + f.serviceAccountPub,
-		"--service-account-signing-key-file=" + f.serviceAccountKey,
+		"--service-account-key-file=" + f.ServiceAccountPub,
+		"--service-account-signing-key-file=" + f.ServiceAccountKey,
 		"--service-cluster-ip-range=" + ServiceClusterIPRange,
 		// Since 1.37 the endpoint reconciler of the "kubernetes" Service rejects a loopback advertise
 		// address. Nothing here needs that Service; the peer endpoint leases used by the mixed version
@@ -305,7 +305,7 @@ func (c *Cluster) apiserverArgs(s *apiServer) []string {
 		gates[gateMixedVersionProxy] = true
 		gates[gateServerIdentity] = true
 		args = append(args,
-			"--peer-ca-file="+f.caCert,
+			"--peer-ca-file="+f.CACert,
 			"--peer-advertise-ip=127.0.0.1",
 			"--peer-advertise-port="+port,
 		)
@@ -338,7 +338,7 @@ func (c *Cluster) waitReady(ctx context.Context, s *apiServer) error {
 	defer client.CloseIdleConnections()
 	lastStatus := "no response"
 	for {
-		if done, err := s.proc.exited(); done {
+		if done, err := s.proc.Exited(); done {
 			return fmt.Errorf("exited before becoming ready: %v", err)
 		}
 		status, body, err := get(ctx, client, s.info.URL+"/readyz")
@@ -440,7 +440,7 @@ func (c *Cluster) Stop(i int) error {
 	}
 	s := c.servers[i]
 	if s.proc != nil {
-		s.proc.stop(serverStopGrace)
+		s.proc.Stop(serverStopGrace)
 	}
 	s.info.Running = false
 	return nil
@@ -467,7 +467,7 @@ func (c *Cluster) Restart(ctx context.Context, i int, version string) error {
 		return err
 	}
 	if s.proc != nil {
-		s.proc.stop(serverStopGrace)
+		s.proc.Stop(serverStopGrace)
 	}
 	s.info.Running = false
 	s.spec.Version = version
@@ -491,13 +491,13 @@ func (c *Cluster) Close() error {
 	var wg sync.WaitGroup
 	for _, s := range c.servers {
 		if s.proc != nil {
-			wg.Go(func() { s.proc.stop(serverStopGrace) })
+			wg.Go(func() { s.proc.Stop(serverStopGrace) })
 		}
 		s.info.Running = false
 	}
 	wg.Wait()
 	if c.etcd != nil {
-		c.etcd.stop(etcdStopGrace)
+		c.etcd.Stop(etcdStopGrace)
 	}
 	return os.RemoveAll(c.dir)
 }

@@ -15,10 +15,10 @@ const etcdStartAttempts = 3
 
 // startEtcd starts a single-member etcd on loopback with its data in dir and waits until it
 // reports healthy. It retries with fresh ports when one was taken between choosing and binding.
-func startEtcd(ctx context.Context, log Logger, binary, dir string, timeout time.Duration) (*process, string, error) {
+func startEtcd(ctx context.Context, log Logger, binary, dir string, timeout time.Duration) (*Process, string, error) {
 	var lastErr error
 	for attempt := 1; attempt <= etcdStartAttempts; attempt++ {
-		ports, err := freePorts(2)
+		ports, err := FreePorts(2)
 		if err != nil {
 			return nil, "", err
 		}
@@ -37,7 +37,7 @@ func startEtcd(ctx context.Context, log Logger, binary, dir string, timeout time
 			"--unsafe-no-fsync",
 			"--log-level=warn",
 		}
-		proc, err := startProcess("etcd", filepath.Join(dir, "etcd.log"), argv)
+		proc, err := StartProcess("etcd", filepath.Join(dir, "etcd.log"), argv)
 		if err != nil {
 			return nil, "", err
 		}
@@ -45,7 +45,7 @@ func startEtcd(ctx context.Context, log Logger, binary, dir string, timeout time
 		if err == nil {
 			return proc, clientURL, nil
 		}
-		proc.stop(5 * time.Second)
+		proc.Stop(5 * time.Second)
 		lastErr = err
 		if !proc.logContains(addressInUse) {
 			break
@@ -55,12 +55,12 @@ func startEtcd(ctx context.Context, log Logger, binary, dir string, timeout time
 	return nil, "", lastErr
 }
 
-func waitEtcdHealthy(ctx context.Context, proc *process, clientURL string, timeout time.Duration) error {
+func waitEtcdHealthy(ctx context.Context, proc *Process, clientURL string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	client := &http.Client{Timeout: 2 * time.Second}
 	for {
-		if done, err := proc.exited(); done {
+		if done, err := proc.Exited(); done {
 			return fmt.Errorf("etcd exited before becoming healthy: %v", err)
 		}
 		if healthy(ctx, client, clientURL+"/health") {

@@ -11,20 +11,21 @@ import (
 	"time"
 )
 
-// process is one child process whose output goes to a log file.
-type process struct {
-	name    string
+// Process is one child process whose output goes to a log file: a server of the cluster, or a
+// process a caller runs next to it (a proxy in front of the servers) under the same lifecycle.
+type Process struct {
 	cmd     *exec.Cmd
 	logPath string
 	done    chan struct{}
 	waitErr error // valid once done is closed
 }
 
-// startProcess starts argv with its output appended to logPath. The child gets its own process
+// StartProcess starts argv with its output appended to logPath. The child gets its own process
 // group, so terminal signals aimed at the test do not reach it directly, and SIGKILL when the
 // parent dies, so a crashed or killed test never leaves servers behind. Every binary started here
-// execs in place (unshare and sh included), so the process is the whole tree.
-func startProcess(name, logPath string, argv []string) (*process, error) {
+// execs in place (unshare and sh included), so the process is the whole tree; argv must keep
+// that true for Stop to reach everything it started.
+func StartProcess(name, logPath string, argv []string) (*Process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -36,7 +37,7 @@ func startProcess(name, logPath string, argv []string) (*process, error) {
 		logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p := &Process{cmd: cmd, logPath: logPath, done: make(chan struct{})}
 	go func() {
 		p.waitErr = cmd.Wait()
 		logFile.Close()
@@ -45,8 +46,8 @@ func startProcess(name, logPath string, argv []string) (*process, error) {
 	return p, nil
 }
 
-// exited reports whether the process has ended, and how.
-func (p *process) exited() (bool, error) {
+// Exited reports whether the process has ended, and how.
+func (p *Process) Exited() (bool, error) {
 	select {
 	case <-p.done:
 		if p.waitErr == nil {
@@ -58,11 +59,11 @@ func (p *process) exited() (bool, error) {
 	}
 }
 
-// stop sends SIGTERM, waits up to grace for a clean exit (kube-apiserver removes its peer endpoint
+// Stop sends SIGTERM, waits up to grace for a clean exit (kube-apiserver removes its peer endpoint
 // lease on the way out), then sends SIGKILL. Signals go through os.Process, which targets exactly
 // this child even if its PID were reused.
-func (p *process) stop(grace time.Duration) {
-	if done, _ := p.exited(); done {
+func (p *Process) Stop(grace time.Duration) {
+	if done, _ := p.Exited(); done {
 		return
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -74,8 +75,8 @@ func (p *process) stop(grace time.Duration) {
 	}
 }
 
-// logTail returns the last n lines of the process log.
-func (p *process) logTail(n int) string {
+// LogTail returns the last n lines of the process log.
+func (p *Process) LogTail(n int) string {
 	return tailOfFile(p.logPath, n)
 }
 
@@ -89,15 +90,15 @@ func tailOfFile(path string, n int) string {
 }
 
 // logContains reports whether the process log contains s.
-func (p *process) logContains(s string) bool {
+func (p *Process) logContains(s string) bool {
 	data, err := os.ReadFile(p.logPath)
 	return err == nil && bytes.Contains(data, []byte(s))
 }
 
-// freePorts returns n distinct loopback ports that were free a moment ago. Holding all listeners
+// FreePorts returns n distinct loopback ports that were free a moment ago. Holding all listeners
 // until every port is chosen keeps them distinct; a later bind race is handled by the callers
 // retrying with fresh ports.
-func freePorts(n int) ([]int, error) {
+func FreePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -33,10 +33,10 @@ func TestSpecValidationRejectsAmbiguousOrContradictoryServers(t *testing.T) {
 func testClusterForArgs() *Cluster {
 	return &Cluster{
 		etcdURL: "http://127.0.0.1:2379",
-		pki: &PKI{files: pkiFiles{
-			caCert: "ca.crt", servingCert: "serving.crt", servingKey: "serving.key",
-			frontProxyCACert: "fp-ca.crt", frontProxyClientCert: "fp.crt", frontProxyClientKey: "fp.key",
-			serviceAccountKey: "sa.key", serviceAccountPub: "sa.pub", tokens: "tokens.csv",
+		pki: &PKI{Files: PKIFiles{
+			CACert: "ca.crt", ServingCert: "serving.crt", ServingKey: "serving.key",
+			FrontProxyCACert: "fp-ca.crt", FrontProxyClientCert: "fp.crt", FrontProxyClientKey: "fp.key",
+			ServiceAccountKey: "sa.key", ServiceAccountPub: "sa.pub", Tokens: "tokens.csv",
 		}},
 	}
 }

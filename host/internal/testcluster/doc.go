@@ -1,8 +1,0 @@
-// Package testcluster runs real Kubernetes control planes for tests: one etcd and any number of
-// kube-apiservers of possibly different versions, all on loopback, with a generated PKI.
-//
-// Binaries are built from the Go module proxy on first use and cached under
-// ${XDG_CACHE_HOME:-$HOME/.cache}/skewgate/bin, keyed by component and version (see EnsureBinary).
-// Every kube-apiserver runs in its own UTS namespace so that its host name, and therefore its
-// server ID, is chosen by the test rather than inherited from the machine.
-package testcluster

@@ -1,0 +1,11 @@
+// Package testcluster runs real Kubernetes control planes for tests and benchmarks: one etcd and
+// any number of kube-apiservers of possibly different versions, all on loopback, with a generated
+// PKI whose credentials are available both in memory and as files (PKI.Files).
+//
+// Binaries are built from the Go module proxy on first use and cached under
+// ${XDG_CACHE_HOME:-$HOME/.cache}/skewgate/bin, keyed by component and version (see EnsureBinary).
+// Every kube-apiserver runs in its own UTS namespace so that its host name, and therefore its
+// server ID, is chosen by the caller rather than inherited from the machine. StartProcess and
+// FreePorts give processes run next to the cluster (proxies in front of it) the same lifecycle
+// as the servers.
+package testcluster

@@ -1,0 +1,71 @@
+package testcluster
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestProcessLogTailShowsTheLastLinesAndStopEndsTheProcess(t *testing.T) {
+	p, err := StartProcess("printer", filepath.Join(t.TempDir(), "printer.log"),
+		[]string{"sh", "-c", `for i in 1 2 3 4 5; do echo line$i; done; exec sleep 60`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.HasSuffix(p.LogTail(2), "line5") {
+		if time.Now().After(deadline) {
+			t.Fatalf("log never showed line5: %q", p.LogTail(10))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := p.LogTail(2); got != "line4\nline5" {
+		t.Errorf("LogTail(2) = %q, want the last two lines", got)
+	}
+	if !p.logContains("line3") || p.logContains("line6") {
+		t.Error("logContains disagrees with the log")
+	}
+	if done, err := p.Exited(); done {
+		t.Fatalf("the process ended early: %v", err)
+	}
+	p.Stop(5 * time.Second)
+	if done, err := p.Exited(); !done || err == nil {
+		t.Errorf("after Stop: exited %v, %v; want a process ended by SIGTERM", done, err)
+	}
+}
+
+func TestProcessExitingCleanlyStillCountsAsExited(t *testing.T) {
+	p, err := StartProcess("true", filepath.Join(t.TempDir(), "true.log"), []string{"true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		done, err := p.Exited()
+		if done {
+			// A server is never meant to exit, so even status 0 is reported as an error.
+			if err == nil {
+				t.Error("Exited reported no error for a process that ended")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the process never ended")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.Stop(time.Second)
+}
+
+func TestFreePortsAreDistinctLoopbackPorts(t *testing.T) {
+	ports, err := FreePorts(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(ports)
+	if len(slices.Compact(ports)) != 5 || ports[0] <= 0 {
+		t.Errorf("ports %v, want five distinct ports", ports)
+	}
+}
