@@ -32,25 +32,25 @@ func newMergeInput(tb testing.TB) *mergeInput {
 	in := &mergeInput{peers: map[string][]apidiscoveryv2.APIGroupDiscovery{}, servers: len(plane)}
 	ids := make([]string, 0, len(plane))
 	for _, s := range plane {
-		ids = append(ids, s.id)
+		ids = append(ids, s.ID)
 	}
 	in.localID = slices.Min(ids)
 	for _, s := range plane {
-		list, err := discovery.ParseGroupList(s.apis)
+		list, err := discovery.ParseGroupList(s.APIs)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		in.ours = append(in.ours, discovery.ServerGroups{ServerID: s.id, Groups: list.Items})
+		in.ours = append(in.ours, discovery.ServerGroups{ServerID: s.ID, Groups: list.Items})
 		var upstream apidiscoveryv2.APIGroupDiscoveryList
-		if err := json.Unmarshal(s.apis, &upstream); err != nil {
+		if err := json.Unmarshal(s.APIs, &upstream); err != nil {
 			tb.Fatal(err)
 		}
-		if s.id == in.localID {
+		if s.ID == in.localID {
 			in.local = upstream.Items
 		} else {
-			in.peers[s.id] = upstream.Items
+			in.peers[s.ID] = upstream.Items
 		}
-		in.byteSize += len(s.apis)
+		in.byteSize += len(s.APIs)
 	}
 	return in
 }

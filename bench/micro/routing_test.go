@@ -39,7 +39,7 @@ func upstreamCapabilities(tb testing.TB) map[schema.GroupVersionResource]discove
 	tb.Helper()
 	capable := map[schema.GroupVersionResource]discovery.ServerSet{}
 	for i, s := range capturedPlane(tb) {
-		for _, doc := range [][]byte{s.apis, s.api} {
+		for _, doc := range [][]byte{s.APIs, s.API} {
 			var list apidiscoveryv2.APIGroupDiscoveryList
 			if err := json.Unmarshal(doc, &list); err != nil {
 				tb.Fatal(err)

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/skewgate/skewgate/discovery"
@@ -24,43 +22,11 @@ var benchPlaneVersions = []string{"v1.35.4", "v1.36.3", "v1.37.2"}
 // benchSnapshot renders the snapshot of the captured plane, every server healthy.
 func benchSnapshot(tb testing.TB, generation uint64) []byte {
 	tb.Helper()
-	manifest, err := fixtures.Load()
+	servers, err := fixtures.Servers("default", benchPlaneVersions...)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	type server struct {
-		ID      string          `json:"id"`
-		Cluster string          `json:"cluster"`
-		Version string          `json:"version"`
-		Healthy bool            `json:"healthy"`
-		APIs    json.RawMessage `json:"apis"`
-		API     json.RawMessage `json:"api"`
-	}
-	servers := make([]server, len(benchPlaneVersions))
-	for _, doc := range manifest.Documents {
-		i := slices.Index(benchPlaneVersions, doc.Version)
-		if i < 0 || doc.Profile != "default" {
-			continue
-		}
-		body, err := doc.Body()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		s := &servers[i]
-		s.ID, s.Cluster, s.Version, s.Healthy = doc.ServerID, "kube-"+doc.Version, doc.Version, true
-		switch {
-		case strings.HasSuffix(doc.Path, "/apis.json"):
-			s.APIs = body
-		case strings.HasSuffix(doc.Path, "/api.json"):
-			s.API = body
-		}
-	}
-	for i, s := range servers {
-		if s.APIs == nil || s.API == nil {
-			tb.Fatalf("fixtures: the default documents of %s are missing", benchPlaneVersions[i])
-		}
-	}
-	raw, err := json.Marshal(map[string]any{"generation": generation, "servers": servers})
+	raw, err := fixtures.Snapshot(generation, servers)
 	if err != nil {
 		tb.Fatal(err)
 	}
