@@ -1,15 +1,15 @@
 package controller
 
 import (
-	"bufio"
 	"cmp"
 	"io"
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/skewgate/skewgate/host/internal/promtext"
 )
 
 // metrics are the controller's counters and gauges, safe for concurrent use.
@@ -87,11 +87,8 @@ func (c *Controller) WritePrometheus(w io.Writer) error {
 	known, healthy, inSnapshot, lastSuccess := m.serversKnown, m.serversHealthy, m.snapshotServers, m.lastSuccess
 	m.mu.Unlock()
 
-	bw := bufio.NewWriter(w)
-	header := func(name, kind, help string) {
-		bw.WriteString("# HELP " + name + " " + help + "\n# TYPE " + name + " " + kind + "\n")
-	}
-	sample := func(name, value string) { bw.WriteString(name + " " + value + "\n") }
+	pw := promtext.NewWriter(w)
+	header, sample := pw.Family, pw.Sample
 
 	header("skewgate_controller_fetch_errors_total", "counter",
 		"Failed requests to API servers, by server address, path and reason.")
@@ -99,8 +96,8 @@ func (c *Controller) WritePrometheus(w io.Writer) error {
 		return cmp.Or(cmp.Compare(a.server, b.server), cmp.Compare(a.path, b.path), cmp.Compare(a.reason, b.reason))
 	})
 	for _, k := range keys {
-		sample(`skewgate_controller_fetch_errors_total{server="`+escapeLabel(k.server)+`",path="`+
-			escapeLabel(k.path)+`",reason="`+escapeLabel(k.reason)+`"}`, strconv.FormatUint(errs[k], 10))
+		sample("skewgate_controller_fetch_errors_total", strconv.FormatUint(errs[k], 10),
+			"server", k.server, "path", k.path, "reason", k.reason)
 	}
 	header("skewgate_controller_publish_errors_total", "counter", "Snapshots the OnSnapshot callback refused.")
 	sample("skewgate_controller_publish_errors_total", strconv.FormatUint(publishErrors, 10))
@@ -123,9 +120,5 @@ func (c *Controller) WritePrometheus(w io.Writer) error {
 		ts = strconv.FormatFloat(float64(lastSuccess.UnixMilli())/1e3, 'f', 3, 64)
 	}
 	sample("skewgate_controller_last_successful_poll_timestamp_seconds", ts)
-	return bw.Flush()
+	return pw.Flush()
 }
-
-var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-
-func escapeLabel(v string) string { return labelEscaper.Replace(v) }

@@ -1,16 +1,16 @@
 package gateway
 
 import (
-	"bufio"
 	"cmp"
 	"encoding/json"
 	"io"
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/skewgate/skewgate/host/internal/promtext"
 )
 
 type requestKey struct {
@@ -57,27 +57,22 @@ func (g *Gateway) WritePrometheus(w io.Writer) error {
 	requests, upstreamErrors := maps.Clone(m.requests), maps.Clone(m.upstreamErrors)
 	m.mu.Unlock()
 
-	bw := bufio.NewWriter(w)
-	header := func(name, kind, help string) {
-		bw.WriteString("# HELP " + name + " " + help + "\n# TYPE " + name + " " + kind + "\n")
-	}
-	sample := func(name, value string) { bw.WriteString(name + " " + value + "\n") }
+	pw := promtext.NewWriter(w)
+	header, sample := pw.Family, pw.Sample
 
 	header("skewgate_gateway_requests_total", "counter",
 		"Requests by the plugin's verdict (none: answered before the plugin ran) and the status code sent (101: protocol switched, 499: client left).")
 	for _, k := range slices.SortedFunc(maps.Keys(requests), func(a, b requestKey) int {
 		return cmp.Or(cmp.Compare(a.verdict, b.verdict), cmp.Compare(a.code, b.code))
 	}) {
-		sample(`skewgate_gateway_requests_total{verdict="`+escapeLabel(k.verdict)+`",code="`+strconv.Itoa(k.code)+`"}`,
-			strconv.FormatUint(requests[k], 10))
+		sample("skewgate_gateway_requests_total", strconv.FormatUint(requests[k], 10), "verdict", k.verdict, "code", strconv.Itoa(k.code))
 	}
 	header("skewgate_gateway_upstream_errors_total", "counter",
 		"Failed attempts to reach an API server, by backend cluster and kind (connect, tls, timeout, transport).")
 	for _, k := range slices.SortedFunc(maps.Keys(upstreamErrors), func(a, b upstreamErrorKey) int {
 		return cmp.Or(cmp.Compare(a.backend, b.backend), cmp.Compare(a.kind, b.kind))
 	}) {
-		sample(`skewgate_gateway_upstream_errors_total{backend="`+escapeLabel(k.backend)+`",kind="`+k.kind+`"}`,
-			strconv.FormatUint(upstreamErrors[k], 10))
+		sample("skewgate_gateway_upstream_errors_total", strconv.FormatUint(upstreamErrors[k], 10), "backend", k.backend, "kind", k.kind)
 	}
 	header("skewgate_gateway_retries_total", "counter", "Requests sent again to another API server after a connection failure.")
 	sample("skewgate_gateway_retries_total", strconv.FormatUint(m.retries.Load(), 10))
@@ -92,15 +87,11 @@ func (g *Gateway) WritePrometheus(w io.Writer) error {
 		slices.SortFunc(backends, func(a, b *backend) int { return cmp.Compare(a.cluster, b.cluster) })
 		backends = slices.CompactFunc(backends, func(a, b *backend) bool { return a.cluster == b.cluster })
 		for _, b := range backends {
-			sample(`skewgate_gateway_backend_in_flight{backend="`+escapeLabel(b.cluster)+`"}`, strconv.FormatInt(b.inFlight.Load(), 10))
+			sample("skewgate_gateway_backend_in_flight", strconv.FormatInt(b.inFlight.Load(), 10), "backend", b.cluster)
 		}
 	}
-	return bw.Flush()
+	return pw.Flush()
 }
-
-var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-
-func escapeLabel(v string) string { return labelEscaper.Replace(v) }
 
 // unavailableStatus is a Kubernetes Status for a 503 (reason
 // ServiceUnavailable), with the retry hint the Retry-After header carries;

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/skewgate/skewgate/host/internal/statuspage"
+
+	"github.com/skewgate/skewgate/host/internal/promtext"
 )
 
 // metricsHandler serves the operator endpoints.
@@ -66,7 +68,7 @@ func (s *Server) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
 // serveMetrics writes the gateway's, the plugin host's, the controller's and
 // this process's own metrics.
 func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.Header().Set("Content-Type", promtext.ContentType)
 	bw := bufio.NewWriter(w)
 	write := func(f func(io.Writer) error) {
 		if err := f(bw); err != nil {
@@ -82,6 +84,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	if s.Ready() {
 		ready = "1"
 	}
+	pw := promtext.NewWriter(bw)
 	for _, m := range []struct{ name, kind, help, value string }{
 		{"skewgate_ready", "gauge", "1 once a snapshot was accepted by the plugin VMs.", ready},
 		{"skewgate_configuration_rejections_total", "counter", "Snapshots the plugin VMs did not accept; the previous configuration stayed.",
@@ -89,7 +92,9 @@ func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 		{"skewgate_ecds_writes_total", "counter", "Envoy ECDS files written.", strconv.FormatUint(s.counts.ecdsWrites.Load(), 10)},
 		{"skewgate_ecds_write_failures_total", "counter", "Envoy ECDS files that could not be written.", strconv.FormatUint(s.counts.ecdsFailures.Load(), 10)},
 	} {
-		bw.WriteString("# HELP " + m.name + " " + m.help + "\n# TYPE " + m.name + " " + m.kind + "\n" + m.name + " " + m.value + "\n")
+		pw.Family(m.name, m.kind, m.help)
+		pw.Sample(m.name, m.value)
 	}
+	_ = pw.Flush()
 	_ = bw.Flush()
 }

@@ -1,14 +1,14 @@
 package wasmhost
 
 import (
-	"bufio"
 	"cmp"
-	"fmt"
 	"io"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/skewgate/skewgate/host/internal/promtext"
 )
 
 type metricKind uint32
@@ -157,7 +157,7 @@ func sanitizeMetricName(name string) string {
 // If two plugin metrics sanitise to the same name, only the first in (name, type) order is written.
 // Host metrics are prefixed "skewgate_wasm_"; a plugin metric that sanitises to a host metric's name is dropped.
 func (h *Host) WritePrometheus(w io.Writer) error {
-	bw := bufio.NewWriter(w)
+	pw := promtext.NewWriter(w)
 	metrics := h.metrics.all()
 	slices.SortFunc(metrics, func(a, b *metric) int {
 		return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.kind, b.kind))
@@ -176,24 +176,25 @@ func (h *Host) WritePrometheus(w io.Writer) error {
 		written[name] = true
 		switch m.kind {
 		case metricCounter:
-			writeSample(bw, name, "counter", strconv.FormatUint(m.counterTotal(), 10))
+			writeSample(pw, name, "counter", strconv.FormatUint(m.counterTotal(), 10))
 		case metricGauge:
-			writeSample(bw, name, "gauge", strconv.FormatInt(m.cells[gaugeCell].value.Load(), 10))
+			writeSample(pw, name, "gauge", strconv.FormatInt(m.cells[gaugeCell].value.Load(), 10))
 		case metricHistogram:
-			writeHistogram(bw, name, m)
+			writeHistogram(pw, name, m)
 		}
 	}
 	for _, hm := range hostMetrics {
-		writeSample(bw, hm.name, hm.kind, hm.value)
+		writeSample(pw, hm.name, hm.kind, hm.value)
 	}
-	return bw.Flush()
+	return pw.Flush()
 }
 
-func writeSample(w *bufio.Writer, name, kind, value string) {
-	fmt.Fprintf(w, "# TYPE %s %s\n%s %s\n", name, kind, name, value)
+func writeSample(w *promtext.Writer, name, kind, value string) {
+	w.Family(name, kind, "")
+	w.Sample(name, value)
 }
 
-func writeHistogram(w *bufio.Writer, name string, m *metric) {
+func writeHistogram(w *promtext.Writer, name string, m *metric) {
 	var buckets [len(histogramBounds) + 1]uint64
 	var sum, count uint64
 	for i := range m.cells {
@@ -204,14 +205,16 @@ func writeHistogram(w *bufio.Writer, name string, m *metric) {
 		sum += c.sum.Load()
 		count += c.count.Load()
 	}
-	fmt.Fprintf(w, "# TYPE %s histogram\n", name)
+	w.Family(name, "histogram", "")
 	var cumulative uint64
 	for b, bound := range histogramBounds {
 		cumulative += buckets[b]
-		fmt.Fprintf(w, "%s_bucket{le=\"%s\"} %d\n", name, strconv.FormatFloat(bound, 'g', -1, 64), cumulative)
+		w.Sample(name+"_bucket", strconv.FormatUint(cumulative, 10), "le", strconv.FormatFloat(bound, 'g', -1, 64))
 	}
 	cumulative += buckets[len(histogramBounds)]
-	fmt.Fprintf(w, "%s_bucket{le=\"+Inf\"} %d\n%s_sum %d\n%s_count %d\n", name, cumulative, name, sum, name, count)
+	w.Sample(name+"_bucket", strconv.FormatUint(cumulative, 10), "le", "+Inf")
+	w.Sample(name+"_sum", strconv.FormatUint(sum, 10))
+	w.Sample(name+"_count", strconv.FormatUint(count, 10))
 }
 
 type hostMetric struct{ name, kind, value string }
