@@ -167,8 +167,7 @@ func (ix *Index) route(capable ServerSet, pick uint64) Decision {
 
 // UnavailableStatus is the body of the 503 answer: a Kubernetes Status object
 // (reason ServiceUnavailable) that clients decode like any API error, with the
-// same retry hint the Retry-After header carries. Field order follows
-// metav1.Status.
+// same retry hint the Retry-After header carries.
 func UnavailableStatus(d *Decision, retryAfterSeconds int) []byte {
 	what := d.Group + "/" + d.Version
 	if d.Group == "" {
@@ -177,17 +176,25 @@ func UnavailableStatus(d *Decision, retryAfterSeconds int) []byte {
 	if d.Resource != "" {
 		what = d.Resource + " in " + what
 	}
+	return ServiceUnavailableStatus("no healthy API server serves "+what+"; retry when one is back",
+		d.Group, d.Resource, retryAfterSeconds)
+}
+
+// ServiceUnavailableStatus is a metav1.Status with reason ServiceUnavailable
+// and code 503, fields in metav1.Status order; group and kind go into details
+// when not empty.
+func ServiceUnavailableStatus(message, group, kind string, retryAfterSeconds int) []byte {
 	b := []byte(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":`)
-	b = appendJSONString(b, "no healthy API server serves "+what+"; retry when one is back")
+	b = appendJSONString(b, message)
 	b = append(b, `,"reason":"ServiceUnavailable","details":{`...)
-	if d.Group != "" {
+	if group != "" {
 		b = append(b, `"group":`...)
-		b = appendJSONString(b, d.Group)
+		b = appendJSONString(b, group)
 		b = append(b, ',')
 	}
-	if d.Resource != "" {
+	if kind != "" {
 		b = append(b, `"kind":`...)
-		b = appendJSONString(b, d.Resource)
+		b = appendJSONString(b, kind)
 		b = append(b, ',')
 	}
 	b = append(b, `"retryAfterSeconds":`...)

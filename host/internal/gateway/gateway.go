@@ -423,7 +423,7 @@ func (g *Gateway) writeLocalResponse(w *statusRecorder, out wasmhost.Outcome) {
 
 // writeUnavailable answers 503 with a Kubernetes Status body and Retry-After.
 func (g *Gateway) writeUnavailable(w http.ResponseWriter, message string) {
-	body := unavailableStatus(message, g.opts.RetryAfterSeconds)
+	body := discovery.ServiceUnavailableStatus(message, "", "", g.opts.RetryAfterSeconds)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Retry-After", strconv.Itoa(g.opts.RetryAfterSeconds))

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"cmp"
-	"encoding/json"
 	"io"
 	"maps"
 	"slices"
@@ -91,32 +90,4 @@ func (g *Gateway) WritePrometheus(w io.Writer) error {
 		}
 	}
 	return pw.Flush()
-}
-
-// unavailableStatus is a Kubernetes Status for a 503 (reason
-// ServiceUnavailable), with the retry hint the Retry-After header carries;
-// field order follows metav1.Status.
-func unavailableStatus(message string, retryAfterSeconds int) []byte {
-	body, err := json.Marshal(struct {
-		Kind       string   `json:"kind"`
-		APIVersion string   `json:"apiVersion"`
-		Metadata   struct{} `json:"metadata"`
-		Status     string   `json:"status"`
-		Message    string   `json:"message"`
-		Reason     string   `json:"reason"`
-		Details    struct {
-			RetryAfterSeconds int `json:"retryAfterSeconds"`
-		} `json:"details"`
-		Code int `json:"code"`
-	}{
-		Kind: "Status", APIVersion: "v1", Status: "Failure", Message: message,
-		Reason: "ServiceUnavailable", Details: struct {
-			RetryAfterSeconds int `json:"retryAfterSeconds"`
-		}{retryAfterSeconds}, Code: 503,
-	})
-	if err != nil {
-		// Marshalling strings and integers cannot fail.
-		panic("gateway: " + err.Error())
-	}
-	return append(body, '\n')
 }
