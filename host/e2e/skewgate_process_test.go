@@ -6,16 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -63,10 +58,8 @@ type skewgate struct {
 	adminCertFile, adminKeyFile string
 	cluster                     *testcluster.Cluster
 
-	cmd     *exec.Cmd
 	logPath string
-	done    chan struct{}
-	waitErr error
+	proc    *testcluster.Process
 }
 
 // startSkewgate runs `skewgate serve` in front of every server of cluster and waits until it
@@ -121,7 +114,7 @@ func startSkewgate(t *testing.T, cluster *testcluster.Cluster, cfg gatewayConfig
 	}
 
 	for attempt := 1; ; attempt++ {
-		ports, err := freePorts(2)
+		ports, err := testcluster.FreePorts(2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,41 +129,23 @@ func startSkewgate(t *testing.T, cluster *testcluster.Cluster, cfg gatewayConfig
 			break
 		}
 		g.stop()
-		if attempt == gatewayStarts || !g.logContains("address already in use") {
-			t.Fatalf("skewgate did not become ready: %v\nlast lines of its log:\n%s", err, g.logTail(gatewayLogTailLines))
+		if attempt == gatewayStarts || !g.proc.LogContains("address already in use") {
+			t.Fatalf("skewgate did not become ready: %v\nlast lines of its log:\n%s", err, g.proc.LogTail(gatewayLogTailLines))
 		}
 	}
 	t.Cleanup(func() {
 		g.stop()
 		if t.Failed() {
-			t.Logf("last lines of the skewgate log:\n%s", g.logTail(gatewayLogTailLines))
+			t.Logf("last lines of the skewgate log:\n%s", g.proc.LogTail(gatewayLogTailLines))
 		}
 	})
 	t.Logf("skewgate serving at %s (metrics %s) in %s identity mode", g.URL, g.metricsURL, cfg.identityMode)
 	return g
 }
 
-func (g *skewgate) start(argv []string) error {
-	logFile, err := os.OpenFile(g.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(skewgateBuild.binary, argv...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Its own process group keeps terminal signals away; SIGKILL on the test's death keeps a
-	// crashed test from leaving a gateway behind.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return fmt.Errorf("starting skewgate: %w", err)
-	}
-	g.cmd, g.done = cmd, make(chan struct{})
-	go func() {
-		g.waitErr = cmd.Wait()
-		logFile.Close()
-		close(g.done)
-	}()
-	return nil
+func (g *skewgate) start(argv []string) (err error) {
+	g.proc, err = testcluster.StartProcess("skewgate", g.logPath, append([]string{skewgateBuild.binary}, argv...))
+	return err
 }
 
 // waitReady polls /readyz, which answers 200 once the plugin accepted a first snapshot.
@@ -179,10 +154,8 @@ func (g *skewgate) waitReady() error {
 	deadline := time.Now().Add(gatewayReadyTimeout)
 	last := "no answer"
 	for {
-		select {
-		case <-g.done:
-			return fmt.Errorf("skewgate exited: %v", g.waitErr)
-		default:
+		if exited, err := g.proc.Exited(); exited {
+			return fmt.Errorf("skewgate exited: %v", err)
 		}
 		resp, err := do(client, http.MethodGet, g.metricsURL+"/readyz", nil, nil)
 		switch {
@@ -201,37 +174,7 @@ func (g *skewgate) waitReady() error {
 }
 
 // stop sends SIGTERM, waits for the drain, then SIGKILL. It signals only the process it started.
-func (g *skewgate) stop() {
-	select {
-	case <-g.done:
-		return
-	default:
-	}
-	_ = g.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-g.done:
-	case <-time.After(gatewayStopGrace):
-		_ = g.cmd.Process.Kill()
-		<-g.done
-	}
-}
-
-func (g *skewgate) logTail(n int) string {
-	data, err := os.ReadFile(g.logPath)
-	if err != nil {
-		return fmt.Sprintf("(log unreadable: %v)", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-func (g *skewgate) logContains(s string) bool {
-	data, err := os.ReadFile(g.logPath)
-	return err == nil && bytes.Contains(data, []byte(s))
-}
+func (g *skewgate) stop() { g.proc.Stop(gatewayStopGrace) }
 
 // client talks to the gateway, verifying it against its CA and presenting certs; it offers
 // HTTP/2 as kubectl and client-go do.
@@ -358,19 +301,4 @@ func (g *skewgate) metrics(t *testing.T) string {
 		t.Fatalf("/metrics: HTTP %d", resp.status)
 	}
 	return string(resp.body)
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago; a bind race is
-// handled by starting again.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

@@ -251,7 +251,7 @@ func (c *Cluster) launch(ctx context.Context, s *apiServer, binary string, newPo
 		}
 		proc.Stop(5 * time.Second)
 		s.info.Running = false
-		if !newPortOnConflict || attempt == apiserverStarts || !proc.logContains(addressInUse) {
+		if !newPortOnConflict || attempt == apiserverStarts || !proc.LogContains(addressInUse) {
 			return c.startFailure(s, err)
 		}
 		ports, perr := FreePorts(1)

@@ -47,7 +47,7 @@ func startEtcd(ctx context.Context, log Logger, binary, dir string, timeout time
 		}
 		proc.Stop(5 * time.Second)
 		lastErr = err
-		if !proc.logContains(addressInUse) {
+		if !proc.LogContains(addressInUse) {
 			break
 		}
 	}

@@ -89,8 +89,8 @@ func tailOfFile(path string, n int) string {
 	return tail(data, n)
 }
 
-// logContains reports whether the process log contains s.
-func (p *Process) logContains(s string) bool {
+// LogContains reports whether the process log contains s.
+func (p *Process) LogContains(s string) bool {
 	data, err := os.ReadFile(p.logPath)
 	return err == nil && bytes.Contains(data, []byte(s))
 }

@@ -24,7 +24,7 @@ func TestProcessLogTailShowsTheLastLinesAndStopEndsTheProcess(t *testing.T) {
 	if got := p.LogTail(2); got != "line4\nline5" {
 		t.Errorf("LogTail(2) = %q, want the last two lines", got)
 	}
-	if !p.logContains("line3") || p.logContains("line6") {
+	if !p.LogContains("line3") || p.LogContains("line6") {
 		t.Error("logContains disagrees with the log")
 	}
 	if done, err := p.Exited(); done {
