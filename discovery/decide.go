@@ -71,28 +71,53 @@ type Decision struct {
 // capable healthy servers (pick modulo their number): the plugin passes a
 // running counter, which spreads re-routed requests uniformly over candidates.
 func (ix *Index) Decide(req *Request, pick uint64) Decision {
-	isRead := req.Method == "GET" || req.Method == "HEAD"
-	if isRead && (req.Path == "/apis" || req.Path == "/api") {
+	if isDiscoveryRoot(req) {
 		return ix.decideDiscoveryRoot(req)
 	}
 	if req.PeerProxied {
 		return Decision{Action: Forward}
 	}
+	target, capable := ix.lookup(req)
+	d := ix.route(capable, pick)
+	// Only resource requests carry the peer-proxied mark; discovery documents
+	// are never proxied upstream.
+	d.Rerouted = d.Action == Route && target.Resource != ""
+	d.Group, d.Version, d.Resource = target.Group, target.Version, target.Resource
+	return d
+}
+
+// Capable is the set of servers that can answer req as the cluster would: the
+// servers serving its resource or its per-group discovery document. It is
+// empty when any server answers the same (everything else, including
+// resources nobody serves).
+func (ix *Index) Capable(req *Request) ServerSet {
+	if isDiscoveryRoot(req) {
+		return 0
+	}
+	_, capable := ix.lookup(req)
+	return capable
+}
+
+func isDiscoveryRoot(req *Request) bool {
+	return (req.Method == "GET" || req.Method == "HEAD") && (req.Path == "/apis" || req.Path == "/api")
+}
+
+// lookup finds what a request addresses and who serves it. A request the
+// index has no opinion on (malformed, nobody serves it, not tied to a group)
+// gets an empty set.
+func (ix *Index) lookup(req *Request) (target Decision, capable ServerSet) {
 	info, ok := parsePath(req.Method, req.Path)
-	if !ok {
+	switch {
+	case !ok:
 		// The real server answers the same malformed request with its own error.
-		return Decision{Action: Forward}
+		return target, 0
+	case info.IsResourceRequest:
+		target.Group, target.Version, target.Resource = info.APIGroup, info.APIVersion, info.Resource
+		return target, ix.gvr[groupVersionResource{info.APIGroup, info.APIVersion, info.Resource}]
+	case req.Method != "GET" && req.Method != "HEAD":
+		return target, 0
 	}
-	if info.IsResourceRequest {
-		d := ix.route(ix.gvr[groupVersionResource{info.APIGroup, info.APIVersion, info.Resource}], pick)
-		d.Rerouted = d.Action == Route
-		d.Group, d.Version, d.Resource = info.APIGroup, info.APIVersion, info.Resource
-		return d
-	}
-	if !isRead {
-		return Decision{Action: Forward}
-	}
-	return ix.decideLegacyDocument(req.Path, pick)
+	return ix.lookupLegacyDocument(req.Path)
 }
 
 func (ix *Index) decideDiscoveryRoot(req *Request) Decision {
@@ -115,10 +140,10 @@ func (ix *Index) decideDiscoveryRoot(req *Request) Decision {
 	return Decision{Action: ServeDocument, Document: doc}
 }
 
-// decideLegacyDocument routes the per-group and per-group-version discovery
-// documents, which upstream never proxies (it answers 404 for a group version
-// only a peer serves), to a server that has them.
-func (ix *Index) decideLegacyDocument(path string, pick uint64) Decision {
+// lookupLegacyDocument finds the servers with the per-group and
+// per-group-version discovery documents, which upstream never proxies (it
+// answers 404 for a group version only a peer serves).
+func (ix *Index) lookupLegacyDocument(path string) (target Decision, capable ServerSet) {
 	const apisPrefix, openAPIPrefix = "/apis/", "/openapi/v3/apis/"
 	var rest string
 	var openAPI bool
@@ -128,25 +153,23 @@ func (ix *Index) decideLegacyDocument(path string, pick uint64) Decision {
 	case strings.HasPrefix(path, openAPIPrefix):
 		rest, openAPI = path[len(openAPIPrefix):], true
 	default:
-		return Decision{Action: Forward}
+		return target, 0
 	}
 	rest = strings.TrimSuffix(rest, "/")
 	group, version, hasVersion := strings.Cut(rest, "/")
 	if group == "" || strings.Contains(version, "/") || (hasVersion && version == "") {
-		return Decision{Action: Forward}
+		return target, 0
 	}
-	var d Decision
+	target.Group, target.Version = group, version
 	switch {
 	case hasVersion:
-		d = ix.route(ix.gv[groupVersion{group, version}], pick)
+		return target, ix.gv[groupVersion{group, version}]
 	case openAPI:
 		// /openapi/v3/apis/<group> is not a document.
-		return Decision{Action: Forward}
+		return Decision{}, 0
 	default:
-		d = ix.route(ix.group[group], pick)
+		return target, ix.group[group]
 	}
-	d.Group, d.Version = group, version
-	return d
 }
 
 // route turns the set of servers able to answer into an action.
@@ -162,7 +185,7 @@ func (ix *Index) route(capable ServerSet, pick uint64) Decision {
 	if candidates == ix.healthy {
 		return Decision{Action: Forward}
 	}
-	return Decision{Action: Route, Server: candidates.nth(int(pick % uint64(candidates.Len())))}
+	return Decision{Action: Route, Server: candidates.Pick(pick)}
 }
 
 // UnavailableStatus is the body of the 503 answer: a Kubernetes Status object

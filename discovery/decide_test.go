@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/skewgate/skewgate/discovery/discoverytest"
@@ -198,5 +199,38 @@ func BenchmarkDecide(b *testing.B) {
 				ix.Decide(&req, uint64(i))
 			}
 		})
+	}
+}
+
+// Capable is the set Decide chooses from; the gateway uses it to retry on
+// another server that can answer.
+func TestCapableNamesTheServersDecideChoosesFrom(t *testing.T) {
+	ix := skewedIndex(t, func(s []discoverytest.Server) { s[2].Healthy = false })
+	for _, c := range []struct {
+		req  Request
+		want ServerSet
+	}{
+		{Request{Method: "POST", Path: "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies"}, 0b110},
+		{Request{Method: "GET", Path: "/apis/coordination.k8s.io/v1alpha2"}, 0b100},
+		{Request{Method: "GET", Path: "/apis/coordination.k8s.io"}, 0b100},
+		{Request{Method: "GET", Path: "/apis/apps/v1/deployments"}, 0b111},
+		{Request{Method: "GET", Path: "/apis/example.com/v1/widgets"}, 0},
+		{Request{Method: "GET", Path: "/apis", Accept: acceptAggregated}, 0},
+		{Request{Method: "GET", Path: "/healthz"}, 0},
+	} {
+		if got := ix.Capable(&c.req); got != c.want {
+			t.Errorf("%s %s: %b; want %b", c.req.Method, c.req.Path, got, c.want)
+		}
+	}
+}
+
+func TestPickSpreadsOverMembers(t *testing.T) {
+	set := ServerSet(0b10110)
+	var got []int
+	for pick := range uint64(6) {
+		got = append(got, set.Pick(pick))
+	}
+	if want := []int{1, 2, 4, 1, 2, 4}; !slices.Equal(got, want) {
+		t.Errorf("picks %v; want %v", got, want)
 	}
 }

@@ -20,9 +20,10 @@ func (s ServerSet) Len() int {
 // Has reports whether server i is in the set.
 func (s ServerSet) Has(i int) bool { return s&(1<<uint(i)) != 0 }
 
-// nth returns the index of the n-th member (0-based) of a non-empty set.
-func (s ServerSet) nth(n int) int {
-	for ; n > 0; n-- {
+// Pick returns the index of member pick modulo the set's size: a running
+// counter as pick spreads choices uniformly. The set must not be empty.
+func (s ServerSet) Pick(pick uint64) int {
+	for n := pick % uint64(s.Len()); n > 0; n-- {
 		s &= s - 1
 	}
 	i := 0
@@ -141,6 +142,9 @@ func (ix *Index) Snapshot() *Snapshot { return ix.snap }
 // Servers returns the snapshot's servers; ServerSet bits and Decision.Server
 // index this slice.
 func (ix *Index) Servers() []Server { return ix.snap.Servers }
+
+// All is the set of every server in the snapshot.
+func (ix *Index) All() ServerSet { return ix.all }
 
 // Healthy is the set of servers whose last probe succeeded.
 func (ix *Index) Healthy() ServerSet { return ix.healthy }

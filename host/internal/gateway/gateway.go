@@ -252,22 +252,9 @@ func (g *Gateway) CloseIdleConnections() { g.transport.closeIdleConnections() }
 func (g *Gateway) pickBalanced(s *state) *backend {
 	set := s.index.Healthy()
 	if set == 0 {
-		set = discovery.ServerSet(1)<<uint(len(s.servers)) - 1
+		set = s.index.All()
 	}
-	return s.servers[nthMember(set, g.roundRobin.Add(1)-1)]
-}
-
-// nthMember returns the server index of member pick modulo the set's size.
-func nthMember(set discovery.ServerSet, pick uint64) int {
-	n := int(pick % uint64(set.Len()))
-	for i := 0; ; i++ {
-		if set.Has(i) {
-			if n == 0 {
-				return i
-			}
-			n--
-		}
-	}
+	return s.servers[set.Pick(g.roundRobin.Add(1)-1)]
 }
 
 // retryTarget chooses another healthy server able to serve the request after
@@ -283,57 +270,20 @@ func (g *Gateway) retryTarget(ex *exchange, failed *backend) *backend {
 	if candidates == 0 {
 		return nil
 	}
-	return s.servers[nthMember(candidates, g.roundRobin.Add(1)-1)]
+	return s.servers[candidates.Pick(g.roundRobin.Add(1)-1)]
 }
 
 // capableServers is the set of servers that could answer the request as the
-// cluster would: those serving its resource, or its legacy discovery
-// document; any server for everything else, including resources nobody
-// serves (any server gives the honest 404).
+// cluster would; every server when any of them answers the same.
 func capableServers(ix *discovery.Index, r *http.Request) discovery.ServerSet {
-	all := discovery.ServerSet(1)<<uint(len(ix.Servers())) - 1
 	path, _, ok := discovery.SplitRequestTarget(requestTarget(r))
 	if !ok {
-		return all
+		return ix.All()
 	}
-	d := ix.Decide(&discovery.Request{Method: r.Method, Path: path, Accept: r.Header.Get("Accept")}, 0)
-	var set discovery.ServerSet
-	switch {
-	case d.Resource != "":
-		set = ix.ServersForResource(d.Group, d.Version, d.Resource)
-	case d.Version != "":
-		set = ix.ServersForGroupVersion(d.Group, d.Version)
-	case d.Group != "":
-		set = serversWithWholeGroup(ix, d.Group)
+	if set := ix.Capable(&discovery.Request{Method: r.Method, Path: path}); set != 0 {
+		return set
 	}
-	if set == 0 {
-		return all
-	}
-	return set
-}
-
-// serversWithWholeGroup is the set of servers that list every version of
-// group any server serves: the servers whose /apis/<group> does not lie by
-// omission.
-func serversWithWholeGroup(ix *discovery.Index, group string) discovery.ServerSet {
-	versions := map[string]bool{}
-	for _, srv := range ix.Servers() {
-		for _, g := range srv.APIs.Items {
-			if g.Name() == group {
-				for _, v := range g.Versions {
-					versions[v.Version] = true
-				}
-			}
-		}
-	}
-	var set discovery.ServerSet
-	for i := range ix.Servers() {
-		set |= discovery.ServerSet(1) << uint(i)
-	}
-	for v := range versions {
-		set &= ix.ServersForGroupVersion(group, v)
-	}
-	return set
+	return ix.All()
 }
 
 // ServeHTTP runs the request through the plugin and carries out its verdict.
