@@ -25,11 +25,7 @@ func capturedPlane(tb testing.TB) []fixtures.Server {
 // server healthy.
 func capturedIndex(tb testing.TB) *discovery.Index {
 	tb.Helper()
-	raw, err := fixtures.Snapshot(1, capturedPlane(tb))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	snap, err := discovery.ParseSnapshot(raw)
+	snap, err := discovery.ParseSnapshot(fixtures.Snapshot(1, capturedPlane(tb)))
 	if err != nil {
 		tb.Fatal(err)
 	}

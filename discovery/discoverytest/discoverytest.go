@@ -110,19 +110,27 @@ func GroupListJSON(groups map[string][]string, core bool) json.RawMessage {
 
 // SnapshotJSON renders a snapshot document for the servers.
 func SnapshotJSON(generation uint64, servers []Server) json.RawMessage {
-	type server struct {
-		ID      string          `json:"id"`
-		Cluster string          `json:"cluster"`
-		Version string          `json:"version"`
-		Healthy bool            `json:"healthy"`
-		APIs    json.RawMessage `json:"apis"`
-		API     json.RawMessage `json:"api"`
-	}
-	list := make([]server, 0, len(servers))
+	members := make([]Member, 0, len(servers))
 	for _, s := range servers {
-		list = append(list, server{s.ID, s.Cluster, s.Version, s.Healthy, GroupListJSON(s.Groups, false), GroupListJSON(s.Groups, true)})
+		members = append(members, Member{s.ID, s.Cluster, s.Version, s.Healthy, GroupListJSON(s.Groups, false), GroupListJSON(s.Groups, true)})
 	}
-	return mustMarshal(map[string]any{"generation": generation, "servers": list})
+	return RenderSnapshot(generation, members)
+}
+
+// Member is one server of a snapshot with its documents already rendered (or
+// captured from a real server).
+type Member struct {
+	ID      string          `json:"id"`
+	Cluster string          `json:"cluster"`
+	Version string          `json:"version"`
+	Healthy bool            `json:"healthy"`
+	APIs    json.RawMessage `json:"apis"`
+	API     json.RawMessage `json:"api"`
+}
+
+// RenderSnapshot renders a snapshot document (the format of discovery/doc.go).
+func RenderSnapshot(generation uint64, members []Member) json.RawMessage {
+	return mustMarshal(map[string]any{"generation": generation, "servers": members})
 }
 
 func mustMarshal(v any) json.RawMessage {

@@ -26,11 +26,7 @@ func benchSnapshot(tb testing.TB, generation uint64) []byte {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	raw, err := fixtures.Snapshot(generation, servers)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return raw
+	return fixtures.Snapshot(generation, servers)
 }
 
 func benchPluginConfig(tb testing.TB, generation uint64) []byte {
