@@ -26,6 +26,7 @@ type Action uint8
 
 const (
 	// Forward leaves the choice of server to the gateway's normal load balancing.
+	// In node-local mode it happens only when no server is healthy.
 	Forward Action = iota
 	// Route sends the request to Decision.Server.
 	Route
@@ -70,18 +71,28 @@ type Decision struct {
 // Decide classifies a request against the index. pick chooses among several
 // capable healthy servers (pick modulo their number): the plugin passes a
 // running counter, which spreads re-routed requests uniformly over candidates.
+//
+// With a preferred server (node-local mode) every request goes to it while it
+// is healthy and serves the request; only what it cannot serve is re-routed to
+// a capable peer, and while it is down any healthy server takes its place.
 func (ix *Index) Decide(req *Request, pick uint64) Decision {
 	if isDiscoveryRoot(req) {
-		return ix.decideDiscoveryRoot(req)
+		d := ix.decideDiscoveryRoot(req)
+		if d.Action == Forward {
+			d.Action, d.Server = ix.anyServer(pick)
+		}
+		return d
 	}
 	if req.PeerProxied {
-		return Decision{Action: Forward}
+		d := Decision{}
+		d.Action, d.Server = ix.anyServer(pick)
+		return d
 	}
 	target, capable := ix.lookup(req)
 	d := ix.route(capable, pick)
 	// Only resource requests carry the peer-proxied mark; discovery documents
 	// are never proxied upstream.
-	d.Rerouted = d.Action == Route && target.Resource != ""
+	d.Rerouted = d.Rerouted && target.Resource != ""
 	d.Group, d.Version, d.Resource = target.Group, target.Version, target.Resource
 	return d
 }
@@ -172,20 +183,42 @@ func (ix *Index) lookupLegacyDocument(path string) (target Decision, capable Ser
 	}
 }
 
-// route turns the set of servers able to answer into an action.
+// route turns the set of servers able to answer into an action. A request is
+// re-routed when it goes where it does because not every healthy server
+// serves it.
 func (ix *Index) route(capable ServerSet, pick uint64) Decision {
+	var d Decision
 	if capable == 0 {
 		// Nobody serves it: a real server gives the honest 404.
-		return Decision{Action: Forward}
+		d.Action, d.Server = ix.anyServer(pick)
+		return d
 	}
 	candidates := capable & ix.healthy
-	if candidates == 0 {
-		return Decision{Action: Unavailable}
+	switch {
+	case candidates == 0:
+		d.Action = Unavailable
+	case ix.preferred >= 0 && candidates.Has(ix.preferred):
+		d.Action, d.Server = Route, ix.preferred
+	case candidates == ix.healthy:
+		d.Action, d.Server = ix.anyServer(pick)
+	default:
+		d.Action, d.Server, d.Rerouted = Route, candidates.Pick(pick), true
 	}
-	if candidates == ix.healthy {
-		return Decision{Action: Forward}
+	return d
+}
+
+// anyServer is where a request that every server answers alike goes: to the
+// gateway's load balancing, or in node-local mode to the preferred server, to
+// a healthy peer while it is down, and to the load balancing (which then
+// tries every server) when none is healthy.
+func (ix *Index) anyServer(pick uint64) (Action, int) {
+	switch {
+	case ix.preferred < 0 || ix.healthy == 0:
+		return Forward, 0
+	case ix.healthy.Has(ix.preferred):
+		return Route, ix.preferred
 	}
-	return Decision{Action: Route, Server: candidates.Pick(pick)}
+	return Route, ix.healthy.Pick(pick)
 }
 
 // UnavailableStatus is the body of the 503 answer: a Kubernetes Status object

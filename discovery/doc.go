@@ -14,6 +14,8 @@
 //
 //	{
 //	  "generation": 42,                     // > 0; a new snapshot carries a higher number
+//	  "preferred": "apiserver-7x5ezbbh7ckzrcmfarikojwuzq", // optional: the id of the server that
+//	                                        // takes every request it can serve (node-local mode)
 //	  "servers": [                          // 1 to 64 servers
 //	    {
 //	      "id": "apiserver-7x5ezbbh7ckzrcmfarikojwuzq", // upstream server ID (identity lease name) when

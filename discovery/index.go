@@ -53,6 +53,8 @@ type Index struct {
 	snap    *Snapshot
 	all     ServerSet
 	healthy ServerSet
+	// preferred indexes Servers() in node-local mode, -1 otherwise.
+	preferred int
 	// gvr and gv come from every server's /apis and /api; group holds, per API
 	// group, the servers that serve every version of it that any server serves.
 	gvr   map[groupVersionResource]ServerSet
@@ -69,10 +71,11 @@ func NewIndex(snap *Snapshot) (*Index, error) {
 		return nil, err
 	}
 	ix := &Index{
-		snap:  snap,
-		gvr:   make(map[groupVersionResource]ServerSet),
-		gv:    make(map[groupVersion]ServerSet),
-		group: make(map[string]ServerSet),
+		snap:      snap,
+		preferred: snap.PreferredIndex(),
+		gvr:       make(map[groupVersionResource]ServerSet),
+		gv:        make(map[groupVersion]ServerSet),
+		group:     make(map[string]ServerSet),
 	}
 	for i := range snap.Servers {
 		srv := &snap.Servers[i]
@@ -145,6 +148,10 @@ func (ix *Index) Servers() []Server { return ix.snap.Servers }
 
 // All is the set of every server in the snapshot.
 func (ix *Index) All() ServerSet { return ix.all }
+
+// Preferred is the index in Servers() of the server that takes every request
+// it can serve (node-local mode), or -1 when requests are balanced.
+func (ix *Index) Preferred() int { return ix.preferred }
 
 // Healthy is the set of servers whose last probe succeeded.
 func (ix *Index) Healthy() ServerSet { return ix.healthy }

@@ -15,7 +15,11 @@ const MaxServers = 64
 // discovery and health at one moment, under one generation number.
 type Snapshot struct {
 	Generation uint64
-	Servers    []Server
+	// Preferred is the ID of the server that takes every request it can serve
+	// (node-local mode: the node's own API server); empty when requests are
+	// balanced over all servers.
+	Preferred string
+	Servers   []Server
 }
 
 // Server is one kube-apiserver as the controller last saw it.
@@ -53,6 +57,12 @@ func parseSnapshot(doc gjson.Result) (*Snapshot, error) {
 		return nil, fmt.Errorf("snapshot: servers: must be an array, got %s", describeRaw(servers))
 	}
 	snap := &Snapshot{Generation: gen.Uint()}
+	if preferred := doc.Get("preferred"); preferred.Exists() {
+		if preferred.Type != gjson.String {
+			return nil, fmt.Errorf("snapshot: preferred: must be a server id, got %s", describeRaw(preferred))
+		}
+		snap.Preferred = preferred.Str
+	}
 	var err error
 	servers.ForEach(func(_, s gjson.Result) bool {
 		if len(snap.Servers) == MaxServers {
@@ -154,7 +164,23 @@ func (s *Snapshot) Validate() error {
 			}
 		}
 	}
+	if _, ok := ids[s.Preferred]; s.Preferred != "" && !ok {
+		return fmt.Errorf("snapshot: preferred: %q is the id of no server in the snapshot", s.Preferred)
+	}
 	return nil
+}
+
+// PreferredIndex is the index in Servers of the preferred server, or -1.
+func (s *Snapshot) PreferredIndex() int {
+	if s.Preferred == "" {
+		return -1
+	}
+	for i := range s.Servers {
+		if s.Servers[i].ID == s.Preferred {
+			return i
+		}
+	}
+	return -1
 }
 
 // checkToken accepts the printable, space-free ASCII that server IDs, Envoy

@@ -117,6 +117,17 @@ func SnapshotJSON(generation uint64, servers []Server) json.RawMessage {
 	return RenderSnapshot(generation, members)
 }
 
+// Prefer returns the snapshot document with its preferred server set to id
+// (node-local mode).
+func Prefer(snapshot json.RawMessage, id string) json.RawMessage {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(snapshot, &doc); err != nil {
+		panic("discoverytest: " + err.Error())
+	}
+	doc["preferred"] = mustMarshal(id)
+	return mustMarshal(doc)
+}
+
 // Member is one server of a snapshot with its documents already rendered (or
 // captured from a real server).
 type Member struct {
