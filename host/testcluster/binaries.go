@@ -34,9 +34,10 @@ type Component string
 
 // Buildable components.
 const (
-	KubeAPIServer Component = "kube-apiserver"
-	Kubectl       Component = "kubectl"
-	Etcd          Component = "etcd"
+	KubeAPIServer         Component = "kube-apiserver"
+	KubeControllerManager Component = "kube-controller-manager"
+	Kubectl               Component = "kubectl"
+	Etcd                  Component = "etcd"
 )
 
 // Logger receives progress messages; *testing.T satisfies it.
@@ -62,6 +63,14 @@ func recipeFor(c Component) (recipe, error) {
 		return recipe{
 			module:      "k8s.io/kubernetes",
 			mainPackage: "k8s.io/kubernetes/cmd/kube-apiserver",
+			versionArgs: []string{"--version"},
+			versionText: func(v string) string { return "Kubernetes " + v + "\n" },
+			kubernetes:  true,
+		}, nil
+	case KubeControllerManager:
+		return recipe{
+			module:      "k8s.io/kubernetes",
+			mainPackage: "k8s.io/kubernetes/cmd/kube-controller-manager",
 			versionArgs: []string{"--version"},
 			versionText: func(v string) string { return "Kubernetes " + v + "\n" },
 			kubernetes:  true,

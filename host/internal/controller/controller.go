@@ -27,6 +27,9 @@ type Controller struct {
 	log     *slog.Logger
 	fetcher *fetcher
 	static  []string
+	// local is the canonical address of the preferred server, "" when there
+	// is none.
+	local   string
 	cluster *clusterSource
 	metrics *metrics
 	notices *notices
@@ -93,7 +96,7 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	static, err := parseStaticServers(o.StaticServers)
+	static, local, err := parseStaticServers(o.StaticServers, o.LocalServer)
 	if err != nil {
 		return nil, err
 	}
@@ -102,6 +105,7 @@ func New(opts Options) (*Controller, error) {
 		log:     o.Logger,
 		fetcher: &fetcher{client: client, timeout: o.RequestTimeout, maxBytes: o.MaxResponseBytes},
 		static:  static,
+		local:   local,
 		metrics: newMetrics(),
 		notices: newNotices(o.Logger),
 		servers: map[string]*serverState{},
@@ -119,28 +123,41 @@ func New(opts Options) (*Controller, error) {
 	return c, nil
 }
 
-func parseStaticServers(urls []string) ([]string, error) {
-	if len(urls) > discovery.MaxServers {
-		return nil, fmt.Errorf("controller: %d static API servers, at most %d are supported", len(urls), discovery.MaxServers)
+// parseStaticServers canonicalises the static servers and the local one,
+// which comes first among them and may also be listed as static.
+func parseStaticServers(urls []string, localURL string) (addresses []string, local string, err error) {
+	if localURL != "" {
+		if local, err = parseStaticServer(localURL); err != nil {
+			return nil, "", fmt.Errorf("controller: local %w", err)
+		}
+		addresses = append(addresses, local)
 	}
-	var addresses []string
 	byName := map[string]string{}
+	if local != "" {
+		byName[ClusterName(local)] = local
+	}
 	for _, u := range urls {
 		address, err := parseStaticServer(u)
 		if err != nil {
-			return nil, fmt.Errorf("controller: %w", err)
+			return nil, "", fmt.Errorf("controller: %w", err)
+		}
+		if address == local {
+			continue
 		}
 		if slices.Contains(addresses, address) {
-			return nil, fmt.Errorf("controller: API server %q is listed twice (as %s)", u, address)
+			return nil, "", fmt.Errorf("controller: API server %q is listed twice (as %s)", u, address)
 		}
 		name := ClusterName(address)
 		if other, dup := byName[name]; dup {
-			return nil, fmt.Errorf("controller: API servers %s and %s both get the cluster name %s", other, address, name)
+			return nil, "", fmt.Errorf("controller: API servers %s and %s both get the cluster name %s", other, address, name)
 		}
 		byName[name] = address
 		addresses = append(addresses, address)
 	}
-	return addresses, nil
+	if len(addresses) > discovery.MaxServers {
+		return nil, "", fmt.Errorf("controller: %d static API servers, at most %d are supported", len(addresses), discovery.MaxServers)
+	}
+	return addresses, local, nil
 }
 
 // Run polls every server each PollInterval and publishes snapshots until ctx
@@ -230,6 +247,10 @@ func (c *Controller) desiredMembers() []member {
 			discovered = append(discovered, addresses...)
 		}
 		slices.Sort(discovered)
+		if c.local != "" && !slices.Contains(discovered, c.local) {
+			c.notices.warn("local-not-discovered", "the local API server is announced by no identity lease or EndpointSlice: if it is announced at another address it is probed twice",
+				"local", c.local)
+		}
 	}
 	// Static servers come first so that they win any name clash.
 	var members []member
@@ -460,9 +481,16 @@ func (c *Controller) build(servers []*serverState, body []byte) *Published {
 		return nil
 	}
 	c.generation++
-	raw := make([]byte, 0, len(body)+40)
+	raw := make([]byte, 0, len(body)+320)
 	raw = append(raw, `{"generation":`...)
 	raw = strconv.AppendUint(raw, c.generation, 10)
+	if i := slices.IndexFunc(servers, func(s *serverState) bool { return s.address == c.local }); i >= 0 {
+		// Until the local server has documents it is not in the snapshot, and
+		// requests are balanced over the others.
+		id, _ := json.Marshal(servers[i].id) // marshalling a string cannot fail
+		raw = append(raw, `,"preferred":`...)
+		raw = append(raw, id...)
+	}
 	raw = append(raw, `,"servers":`...)
 	raw = append(raw, body...)
 	raw = append(raw, '}')

@@ -42,6 +42,10 @@ const (
 type Options struct {
 	// StaticServers are API server URLs, https://host:port (the --apiserver flag).
 	StaticServers []string
+	// LocalServer, when set, is the URL of the node's own API server (the
+	// --local-apiserver flag): it is probed like a static server and named as
+	// the snapshot's preferred server (node-local mode).
+	LocalServer string
 	// RESTConfig, when set, makes the controller discover servers from the
 	// cluster (identity Leases and the kubernetes Service's EndpointSlices). Its
 	// credentials authenticate the controller to the servers when no front-proxy
@@ -93,7 +97,7 @@ func (o Options) complete() (Options, error) {
 	if o.PeerCAFile == "" {
 		return o, errors.New("controller: PeerCAFile is required: the CA that signs the API servers' serving certificates")
 	}
-	if len(o.StaticServers) == 0 && o.RESTConfig == nil && o.Clientset == nil {
+	if len(o.StaticServers) == 0 && o.LocalServer == "" && o.RESTConfig == nil && o.Clientset == nil {
 		return o, errors.New("controller: no API servers: give StaticServers, a RESTConfig or a Clientset")
 	}
 	if (o.FrontProxyCertFile == "") != (o.FrontProxyKeyFile == "") {

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -39,10 +40,13 @@ const (
 
 // Defaults for Config fields left zero.
 const (
-	DefaultBindAddress        = "0.0.0.0"
-	DefaultSecurePort         = 6443
-	DefaultMetricsBindAddress = "127.0.0.1:9090"
-	DefaultShutdownTimeout    = 30 * time.Second
+	DefaultBindAddress = "0.0.0.0"
+	// DefaultNodeLocalBindAddress is where node-local mode listens: only the
+	// node's own components are its clients.
+	DefaultNodeLocalBindAddress = "127.0.0.1"
+	DefaultSecurePort           = 6443
+	DefaultMetricsBindAddress   = "127.0.0.1:9090"
+	DefaultShutdownTimeout      = 30 * time.Second
 )
 
 // Config is everything `skewgate serve` is told on its command line.
@@ -63,8 +67,11 @@ type Config struct {
 	// cluster and, without a proxy client certificate, authenticate with it.
 	Kubeconfig string
 	// APIServers are static API server URLs (https://host:port).
-	APIServers   []string
-	IdentityMode string
+	APIServers []string
+	// LocalAPIServer, when set, is the node's own API server (node-local
+	// mode): it takes every request it can serve while it is healthy.
+	LocalAPIServer string
+	IdentityMode   string
 	// MetricsBindAddress is host:port for the plain-HTTP metrics and status
 	// listener.
 	MetricsBindAddress string
@@ -79,7 +86,8 @@ type Config struct {
 	RetryAfterSeconds int
 	PollInterval      time.Duration
 	GracePeriod       time.Duration
-	// Instances is the number of plugin VMs; default GOMAXPROCS.
+	// Instances is the number of plugin VMs; default GOMAXPROCS, and 1 in
+	// node-local mode, whose clients are one node's control-plane components.
 	Instances           int
 	CompilationCacheDir string
 	ShutdownTimeout     time.Duration
@@ -160,6 +168,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	ctrlOpts := controller.Options{
 		StaticServers:      cfg.APIServers,
+		LocalServer:        cfg.LocalAPIServer,
 		PeerCAFile:         cfg.PeerCAFile,
 		ServerName:         cfg.PeerServerName,
 		FrontProxyCertFile: cfg.ProxyClientCertFile,
@@ -198,8 +207,19 @@ func (c Config) complete() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.BindAddress == "" {
+	var errs []error
+	switch {
+	case c.BindAddress == "" && c.LocalAPIServer != "":
+		c.BindAddress = DefaultNodeLocalBindAddress
+	case c.BindAddress == "":
 		c.BindAddress = DefaultBindAddress
+	case c.LocalAPIServer != "":
+		if ip, err := netip.ParseAddr(c.BindAddress); err != nil || !ip.IsLoopback() {
+			errs = append(errs, fmt.Errorf("--bind-address %s: node-local mode (--local-apiserver) listens on a loopback address only", c.BindAddress))
+		}
+	}
+	if c.Instances == 0 && c.LocalAPIServer != "" {
+		c.Instances = 1
 	}
 	if c.SecurePort == 0 {
 		c.SecurePort = DefaultSecurePort
@@ -225,15 +245,14 @@ func (c Config) complete() (Config, error) {
 	if c.IdentityMode == "" {
 		c.IdentityMode = IdentityPassthrough
 	}
-	var errs []error
 	if c.TLSCertFile == "" || c.TLSPrivateKeyFile == "" {
 		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file are required"))
 	}
 	if c.PeerCAFile == "" {
 		errs = append(errs, errors.New("--peer-ca-file is required: the CA that signs the API servers' serving certificates"))
 	}
-	if len(c.APIServers) == 0 && c.Kubeconfig == "" {
-		errs = append(errs, errors.New("no API servers: give --apiserver (repeatable) or --kubeconfig"))
+	if len(c.APIServers) == 0 && c.LocalAPIServer == "" && c.Kubeconfig == "" {
+		errs = append(errs, errors.New("no API servers: give --apiserver (repeatable), --local-apiserver or --kubeconfig"))
 	}
 	if (c.ProxyClientCertFile == "") != (c.ProxyClientKeyFile == "") {
 		errs = append(errs, errors.New("--proxy-client-cert-file and --proxy-client-key-file go together"))

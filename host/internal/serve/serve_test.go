@@ -302,6 +302,8 @@ func TestConfigMistakesNameTheFlag(t *testing.T) {
 		{"unknown identity mode", func(c *Config) { c.IdentityMode = "trust-me" }, "--identity-mode"},
 		{"half a proxy key pair", func(c *Config) { c.ProxyClientCertFile = "p" }, "--proxy-client-key-file"},
 		{"missing module", func(c *Config) {}, "plugin module"},
+		{"node-local on a public address", func(c *Config) { c.LocalAPIServer, c.BindAddress = "https://10.0.0.1:6443", "0.0.0.0" }, "--bind-address 0.0.0.0: node-local mode"},
+		{"node-local with a host name", func(c *Config) { c.LocalAPIServer, c.BindAddress = "https://10.0.0.1:6443", "localhost" }, "--bind-address localhost: node-local mode"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := base

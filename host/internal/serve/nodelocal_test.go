@@ -1,0 +1,73 @@
+package serve
+
+import (
+	"context"
+	"crypto/tls"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// In node-local mode the node's own server (here kube-a, v1.35) answers
+// everything it serves, a capable peer what it does not, and healthy peers
+// everything while it is down.
+func TestNodeLocalModeSendsEverythingTheLocalServerServesToIt(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.LocalAPIServer = f.cfg.APIServers[0]
+	f.cfg.BindAddress = ""
+	s, err := New(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	if host := s.GatewayAddr().String(); !strings.HasPrefix(host, DefaultNodeLocalBindAddress+":") {
+		t.Errorf("node-local gateway listens on %s; want loopback by default", host)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	ca, _ := readPool(f.cfg.PeerCAFile)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca}}}
+	gateway := "https://" + s.GatewayAddr().String()
+	eventually(t, "ready", s.Ready)
+
+	servedBy := func(path string) string {
+		code, header, body := get(t, client, gateway+path)
+		if code != http.StatusOK {
+			t.Fatalf("%s: HTTP %d: %s", path, code, body)
+		}
+		return header.Get("X-Served-By")
+	}
+	local, extra := f.servers[0].spec.ID, f.servers[2].spec.ID
+	for range 6 {
+		if got := servedBy("/api/v1/namespaces/x/configmaps"); got != local {
+			t.Fatalf("configmaps served by %s; want the local server %s", got, local)
+		}
+		if got := servedBy("/apis/coordination.k8s.io/v1alpha2/namespaces/x/leasecandidates"); got != extra {
+			t.Fatalf("leasecandidates served by %s; want %s, the only server serving them", got, extra)
+		}
+	}
+
+	f.servers[0].ready.Store(false)
+	eventually(t, "the local server marked unhealthy", func() bool {
+		ix := s.gw.Index()
+		return ix != nil && !ix.Healthy().Has(ix.Preferred())
+	})
+	peers := map[string]bool{}
+	for range 6 {
+		peers[servedBy("/api/v1/namespaces/x/configmaps")] = true
+	}
+	if peers[local] || len(peers) != 2 {
+		t.Errorf("with the local server down, configmaps served by %v; want both peers", peers)
+	}
+}
