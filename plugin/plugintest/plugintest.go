@@ -172,6 +172,8 @@ var cases = []struct {
 	{"NoPeerAndLegacyDiscoveryPassThrough", noPeerAndLegacyDiscoveryPassThrough},
 	{"LegacyGroupVersionDiscoveryGoesToAServerThatHasIt", legacyGroupVersionDiscoveryGoesToAServerThatHasIt},
 	{"CapableServersDownGives503StatusWithRetryAfter", capableServersDownGives503StatusWithRetryAfter},
+	{"NodeLocalSendsWhatThePreferredServerServesToItAndReroutesTheRest", nodeLocalSendsWhatThePreferredServerServesToItAndReroutesTheRest},
+	{"NodeLocalSpreadsOverHealthyPeersWhileThePreferredServerIsDown", nodeLocalSpreadsOverHealthyPeersWhileThePreferredServerIsDown},
 	{"ClientHeadersNeverBecomeAnIdentity", clientHeadersNeverBecomeAnIdentity},
 	{"FrontProxyAssertsVerifiedClientCertificate", frontProxyAssertsVerifiedClientCertificate},
 	{"InvalidConfigurationIsRejectedWithOneClearLogLine", invalidConfigurationIsRejectedWithOneClearLogLine},
@@ -240,6 +242,51 @@ func clientNeverChoosesBackendOrDisablesRerouting(t *testing.T, h Harness) {
 		if v, ok := res.Header(name); ok {
 			t.Errorf("inbound %s: %q survived", name, v)
 		}
+	}
+}
+
+// nodeLocalConfig is the skewed control plane seen from the node of kube-a
+// (v1.35), its preferred server.
+func nodeLocalConfig(t *testing.T, servers []discoverytest.Server) []byte {
+	t.Helper()
+	out, err := json.Marshal(map[string]any{"snapshot": discoverytest.Prefer(discoverytest.SnapshotJSON(1, servers), servers[0].ID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func nodeLocalSendsWhatThePreferredServerServesToItAndReroutesTheRest(t *testing.T, h Harness) {
+	p := start(t, h, StartOptions{Config: nodeLocalConfig(t, discoverytest.SkewedControlPlane())})
+	for _, path := range []string{"/api/v1/namespaces/default/configmaps", "/apis/example.com/v1/widgets", "/healthz"} {
+		res := p.Request("GET", path)
+		if cluster, _ := res.Header(RoutingHeader); !res.Forwarded || cluster != "kube-a" {
+			t.Errorf("%s: forwarded %v to %q; want the preferred server kube-a", path, res.Forwarded, cluster)
+		}
+		if _, ok := res.Header(PeerProxied); ok {
+			t.Errorf("%s: marked peer-proxied although the preferred server serves it", path)
+		}
+	}
+	res := p.Request("DELETE", "/apis/coordination.k8s.io/v1alpha2/namespaces/ns/leasecandidates/x")
+	if cluster, _ := res.Header(RoutingHeader); cluster != "kube-c" {
+		t.Errorf("alpha API routed to %q; want kube-c, its only server", cluster)
+	}
+	if got := res.Values(PeerProxied); !slices.Equal(got, []string{"true"}) {
+		t.Errorf("re-routed request: peer-proxied values %q; want exactly [true]", got)
+	}
+}
+
+func nodeLocalSpreadsOverHealthyPeersWhileThePreferredServerIsDown(t *testing.T, h Harness) {
+	down := discoverytest.SkewedControlPlane()
+	down[0].Healthy = false
+	p := start(t, h, StartOptions{Config: nodeLocalConfig(t, down)})
+	seen := map[string]int{}
+	for range 4 {
+		cluster, _ := p.Request("GET", "/api/v1/namespaces/default/configmaps").Header(RoutingHeader)
+		seen[cluster]++
+	}
+	if seen["kube-b"] != 2 || seen["kube-c"] != 2 {
+		t.Errorf("with the preferred server down, routed to %v; want an even split over the healthy peers", seen)
 	}
 }
 
