@@ -60,6 +60,9 @@ type skewgate struct {
 
 	logPath string
 	proc    *testcluster.Process
+	// started is when the process was started; readyAfter how long it then took to be ready.
+	started    time.Time
+	readyAfter time.Duration
 }
 
 // startSkewgate runs `skewgate serve` in front of every server of cluster and waits until it
@@ -113,6 +116,20 @@ func startSkewgate(t *testing.T, cluster *testcluster.Cluster, cfg gatewayConfig
 		args = append(args, "--kubeconfig="+cfg.kubeconfig)
 	}
 
+	g.launch(t, func(gatewayPort, metricsPort int) []string {
+		return slices.Concat([]string{skewgateBuild.binary}, args,
+			[]string{"--secure-port=" + strconv.Itoa(gatewayPort), "--metrics-bind-address=127.0.0.1:" + strconv.Itoa(metricsPort)})
+	})
+	t.Logf("skewgate serving at %s (metrics %s) in %s identity mode", g.URL, g.metricsURL, cfg.identityMode)
+	return g
+}
+
+// launch starts the command line argv gives for two free ports (the gateway's and the
+// metrics listener's), retrying with other ports if one was taken meanwhile, and waits until
+// skewgate is ready. The process is stopped, and its log printed if the test failed, when the
+// test ends.
+func (g *skewgate) launch(t *testing.T, argv func(gatewayPort, metricsPort int) []string) {
+	t.Helper()
 	for attempt := 1; ; attempt++ {
 		ports, err := testcluster.FreePorts(2)
 		if err != nil {
@@ -120,8 +137,8 @@ func startSkewgate(t *testing.T, cluster *testcluster.Cluster, cfg gatewayConfig
 		}
 		g.URL = "https://127.0.0.1:" + strconv.Itoa(ports[0])
 		g.metricsURL = "http://127.0.0.1:" + strconv.Itoa(ports[1])
-		argv := slices.Concat(args, []string{"--secure-port=" + strconv.Itoa(ports[0]), "--metrics-bind-address=127.0.0.1:" + strconv.Itoa(ports[1])})
-		if err := g.start(argv); err != nil {
+		g.started = time.Now()
+		if g.proc, err = testcluster.StartProcess("skewgate", g.logPath, argv(ports[0], ports[1])); err != nil {
 			t.Fatal(err)
 		}
 		err = g.waitReady()
@@ -133,19 +150,13 @@ func startSkewgate(t *testing.T, cluster *testcluster.Cluster, cfg gatewayConfig
 			t.Fatalf("skewgate did not become ready: %v\nlast lines of its log:\n%s", err, g.proc.LogTail(gatewayLogTailLines))
 		}
 	}
+	g.readyAfter = time.Since(g.started)
 	t.Cleanup(func() {
 		g.stop()
 		if t.Failed() {
 			t.Logf("last lines of the skewgate log:\n%s", g.proc.LogTail(gatewayLogTailLines))
 		}
 	})
-	t.Logf("skewgate serving at %s (metrics %s) in %s identity mode", g.URL, g.metricsURL, cfg.identityMode)
-	return g
-}
-
-func (g *skewgate) start(argv []string) (err error) {
-	g.proc, err = testcluster.StartProcess("skewgate", g.logPath, append([]string{skewgateBuild.binary}, argv...))
-	return err
 }
 
 // waitReady polls /readyz, which answers 200 once the plugin accepted a first snapshot.

@@ -1,9 +1,11 @@
 package testcluster
 
 import (
+	"crypto/x509/pkix"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Kubeconfig files are written as JSON, which every kubeconfig reader accepts as YAML.
@@ -20,8 +22,8 @@ type kubeconfigCluster struct {
 	Name    string `json:"name"`
 	Cluster struct {
 		Server               string `json:"server"`
-		CertificateAuthority string `json:"certificate-authority"`
-		TLSServerName        string `json:"tls-server-name"`
+		CertificateAuthority string `json:"certificate-authority,omitempty"`
+		TLSServerName        string `json:"tls-server-name,omitempty"`
 	} `json:"cluster"`
 }
 
@@ -79,4 +81,35 @@ func (c *Cluster) writeKubeconfigs() error {
 		}
 	}
 	return nil
+}
+
+// WriteComponentKubeconfig writes a kubeconfig shaped like the ones kubeadm writes for the
+// control-plane components (controller-manager.conf, scheduler.conf): a cluster named
+// "kubernetes" at server, verified against caFile as tlsServerName (both empty for a plain-HTTP
+// server), and a client certificate for user signed by the cluster CA, kept next to path.
+func (c *Cluster) WriteComponentKubeconfig(path, user, server, caFile, tlsServerName string) error {
+	base := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	certFile, keyFile, err := c.pki.IssueClient(filepath.Dir(path), base+"-client", pkix.Name{CommonName: user})
+	if err != nil {
+		return err
+	}
+	var cl kubeconfigCluster
+	cl.Name = "kubernetes"
+	cl.Cluster.Server = server
+	cl.Cluster.CertificateAuthority = caFile
+	cl.Cluster.TLSServerName = tlsServerName
+	var u kubeconfigUser
+	u.Name = user
+	u.User.ClientCertificate = certFile
+	u.User.ClientKey = keyFile
+	var ctx kubeconfigContext
+	ctx.Name = user + "@kubernetes"
+	ctx.Context.Cluster, ctx.Context.User = cl.Name, user
+	cfg := kubeconfigFile{APIVersion: "v1", Kind: "Config", Clusters: []kubeconfigCluster{cl}, Users: []kubeconfigUser{u},
+		Contexts: []kubeconfigContext{ctx}, CurrentContext: ctx.Name}
+	data, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o600)
 }

@@ -61,6 +61,8 @@ type PKI struct {
 
 	// PEM encodings kept for kubeconfigs and rest.Configs.
 	caPEM, adminCertPEM, adminKeyPEM []byte
+	// ca issues further client certificates (IssueClient).
+	ca *devpki.CA
 }
 
 // newPKI generates the cluster CA, the front-proxy CA, leaf certificates, a service-account key
@@ -116,6 +118,7 @@ func newPKI(dir string) (*PKI, error) {
 		caPEM:            ca.CertPEM(),
 		adminCertPEM:     admin.CertPEM(),
 		adminKeyPEM:      adminKeyPEM,
+		ca:               ca,
 		Files: PKIFiles{
 			AdminToken:        filepath.Join(dir, "admin.token"),
 			ServiceAccountKey: filepath.Join(dir, "service-account.key"),
@@ -167,6 +170,16 @@ func newPKI(dir string) (*PKI, error) {
 		}
 	}
 	return p, nil
+}
+
+// IssueClient writes a client certificate for subject, signed by the cluster CA, as name.crt and
+// name.key in dir: the kind of credential kubeadm gives each control-plane component.
+func (p *PKI) IssueClient(dir, name string, subject pkix.Name) (certFile, keyFile string, err error) {
+	leaf, err := p.ca.Client(subject)
+	if err != nil {
+		return "", "", err
+	}
+	return leaf.WriteFiles(dir, name)
 }
 
 // CAPool returns a pool holding only the cluster CA, which signs every serving certificate.

@@ -46,6 +46,9 @@ func StartProcess(name, logPath string, argv []string) (*Process, error) {
 	return p, nil
 }
 
+// PID is the process ID.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
 // Exited reports whether the process has ended, and how.
 func (p *Process) Exited() (bool, error) {
 	select {
