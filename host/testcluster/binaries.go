@@ -29,6 +29,10 @@ const (
 // KubeAPIServerVersions lists every pinned kube-apiserver version, oldest first.
 var KubeAPIServerVersions = []string{KubeVersion135, KubeVersion136, KubeVersion137}
 
+// KubeControllerManagerVersions are the kube-controller-manager versions of the upgrade the
+// scenarios replay: the one next to a node's not yet upgraded server, and the upgraded one.
+var KubeControllerManagerVersions = []string{KubeVersion135, KubeVersion136}
+
 // Component names a binary that EnsureBinary can build.
 type Component string
 

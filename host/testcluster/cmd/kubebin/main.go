@@ -1,5 +1,6 @@
-// Command kubebin builds (or finds in the cache) the pinned etcd, kube-apiserver and kubectl
-// binaries used by the test clusters and prints one "component version path" line per binary.
+// Command kubebin builds (or finds in the cache) the pinned etcd, kube-apiserver,
+// kube-controller-manager and kubectl binaries used by the test clusters and prints one
+// "component version path" line per binary.
 //
 // Usage:
 //
@@ -28,6 +29,9 @@ func pinnedBinaries() []binary {
 	bins := []binary{{testcluster.Etcd, testcluster.EtcdVersion}}
 	for _, v := range testcluster.KubeAPIServerVersions {
 		bins = append(bins, binary{testcluster.KubeAPIServer, v})
+	}
+	for _, v := range testcluster.KubeControllerManagerVersions {
+		bins = append(bins, binary{testcluster.KubeControllerManager, v})
 	}
 	return append(bins, binary{testcluster.Kubectl, testcluster.KubectlVersion})
 }
