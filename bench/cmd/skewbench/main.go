@@ -56,6 +56,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	case "plain-proxy":
 		err = runPlainProxy(args[1:], stderr)
+	case "tcp-proxy":
+		err = runTCPProxy(args[1:], stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

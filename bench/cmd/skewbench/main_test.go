@@ -2,15 +2,22 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"io"
+	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/skewgate/skewgate/bench/internal/report"
 )
@@ -216,5 +223,165 @@ func TestCPUModel(t *testing.T) {
 	}
 	if got := cpuModel([]byte("processor\t: 0\n")); got != "" {
 		t.Errorf("cpuModel without a model name = %q; want empty", got)
+	}
+}
+
+// startTCPProxyForTest serves a TCP proxy to backend on a loopback port; stop
+// ends it and returns what serveTCPProxy returned.
+func startTCPProxyForTest(t *testing.T, backend string) (addr string, stop func() error) {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- serveTCPProxy(ctx, ln, backend, log.New(io.Discard, "", 0)) }()
+	var once sync.Once
+	var result error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case result = <-served:
+			case <-time.After(10 * time.Second):
+				result = errors.New("serveTCPProxy did not return after its context ended")
+			}
+		})
+		return result
+	}
+	t.Cleanup(func() { _ = stop() })
+	return ln.Addr().String(), stop
+}
+
+// loopbackListener is a TCP listener on a free loopback port.
+func loopbackListener(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+func TestTCPProxyCopiesBothWaysAndPassesHalfClosesOn(t *testing.T) {
+	backend := loopbackListener(t)
+	go func() {
+		conn, err := backend.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		// Echo until the client's end of stream, then end ours: the client
+		// only sees EOF if the proxy passes both half-closes on.
+		if _, err := io.Copy(conn, conn); err == nil {
+			_ = conn.(*net.TCPConn).CloseWrite()
+		}
+	}()
+	addr, stop := startTCPProxyForTest(t, backend.Addr().String())
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// More than the socket buffers hold, so both directions flow at once.
+	sent := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := conn.Write(sent)
+		if err == nil {
+			err = conn.(*net.TCPConn).CloseWrite()
+		}
+		wrote <- err
+	}()
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatalf("reading the echo: %v", err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("writing: %v", err)
+	}
+	if !bytes.Equal(got, sent) {
+		t.Errorf("echoed %d bytes; want the %d sent, unchanged", len(got), len(sent))
+	}
+	if err := stop(); err != nil {
+		t.Errorf("serveTCPProxy = %v; want nil after its context ended", err)
+	}
+}
+
+func TestTCPProxyClosesEveryConnectionWhenItStops(t *testing.T) {
+	backend := loopbackListener(t)
+	backendConn := make(chan net.Conn, 1)
+	go func() {
+		if conn, err := backend.Accept(); err == nil {
+			backendConn <- conn
+		}
+	}()
+	addr, stop := startTCPProxyForTest(t, backend.Addr().String())
+	client, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	var server net.Conn
+	select {
+	case server = <-backendConn:
+		defer server.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the proxy did not connect to the backend")
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("serveTCPProxy = %v; want nil after its context ended", err)
+	}
+	for name, conn := range map[string]net.Conn{"client": client, "backend": server} {
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := conn.Read(make([]byte, 1)); n != 0 || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("%s side read %d bytes, %v; want the connection closed by the proxy", name, n, err)
+		}
+	}
+	if _, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		t.Error("the proxy still accepts connections after it stopped")
+	}
+}
+
+func TestTCPProxyClosesTheClientWhenTheBackendRefuses(t *testing.T) {
+	refused := loopbackListener(t)
+	backend := refused.Addr().String()
+	refused.Close()
+	addr, _ := startTCPProxyForTest(t, backend)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := conn.Read(make([]byte, 1)); n != 0 || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("read %d bytes, %v; want the connection closed", n, err)
+	}
+}
+
+func TestTCPProxyAcceptsOnlyLoopbackAddresses(t *testing.T) {
+	cases := []struct {
+		addr string
+		ok   bool
+	}{
+		{"127.0.0.1:6443", true},
+		{"127.0.0.1:0", true},
+		{"[::1]:6443", true},
+		{"0.0.0.0:6443", false},
+		{"203.0.113.9:6443", false},
+		{"localhost:6443", false},
+		{"[fe80::1%lo]:6443", false},
+		{"127.0.0.1", false},
+		{"", false},
+	}
+	for _, c := range cases {
+		t.Run(c.addr, func(t *testing.T) {
+			if _, err := loopbackAddrPort("-backend", c.addr); (err == nil) != c.ok {
+				t.Errorf("loopbackAddrPort(%q) = %v; want ok=%v", c.addr, err, c.ok)
+			}
+		})
 	}
 }
