@@ -12,8 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
@@ -65,8 +68,30 @@ func hostPort(t *testing.T, address string) (string, int) {
 // clusterOptions discovers servers only through client.
 func clusterOptions(pki *testPKI, rec *recorder, client *fake.Clientset) Options {
 	o := testOptions(pki, rec)
-	o.Clientset = client
+	o.Cluster = fakeCluster(client)
 	return o
+}
+
+// fakeCluster lists and watches client as clusterListersFor does a real
+// cluster: identity leases in kube-system, EndpointSlices in default.
+func fakeCluster(client *fake.Clientset) *ClusterListers {
+	leases := client.CoordinationV1().Leases(identityLeaseNamespace)
+	slices := client.DiscoveryV1().EndpointSlices(kubernetesServiceNamespace)
+	// The fake client cannot stream initial lists; the wrapper says so.
+	return &ClusterListers{
+		Leases: cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return leases.List(ctx, o) },
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return leases.Watch(ctx, o)
+			},
+		}, client),
+		EndpointSlices: cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return slices.List(ctx, o) },
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return slices.Watch(ctx, o)
+			},
+		}, client),
+	}
 }
 
 // waitForListed waits until the informers hold n leases and m EndpointSlices,
@@ -248,7 +273,7 @@ func TestRESTConfigCredentialsAreUsedAndCannotTurnOffVerification(t *testing.T) 
 		BearerToken:     token,
 		TLSClientConfig: rest.TLSClientConfig{Insecure: true, ServerName: "wrong.example"},
 	}
-	opts.Clientset = fake.NewClientset()
+	opts.Cluster = fakeCluster(fake.NewClientset())
 	c := startController(t, opts)
 
 	waitUntil(t, "Ready", c.Ready)

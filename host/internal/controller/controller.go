@@ -16,7 +16,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/skewgate/skewgate/discovery"
 )
@@ -110,15 +109,14 @@ func New(opts Options) (*Controller, error) {
 		notices: newNotices(o.Logger),
 		servers: map[string]*serverState{},
 	}
-	kube := o.Clientset
-	if kube == nil && o.RESTConfig != nil {
-		kube, err = kubernetes.NewForConfig(o.RESTConfig)
-		if err != nil {
+	listers := o.Cluster
+	if listers == nil && o.RESTConfig != nil {
+		if listers, err = clusterListersFor(o.RESTConfig); err != nil {
 			return nil, fmt.Errorf("controller: cluster client: %w", err)
 		}
 	}
-	if kube != nil {
-		c.cluster = newClusterSource(kube)
+	if listers != nil {
+		c.cluster = newClusterSource(*listers)
 	}
 	return c, nil
 }

@@ -13,7 +13,6 @@ import (
 	"os"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
 
@@ -52,9 +51,10 @@ type Options struct {
 	// certificate is given; its own TLS settings are replaced by PeerCAFile and
 	// ServerName for those connections.
 	RESTConfig *rest.Config
-	// Clientset, when set, is used for the cluster discovery instead of one built
-	// from RESTConfig; it also enables that discovery on its own.
-	Clientset kubernetes.Interface
+	// Cluster, when set, is listed and watched for the cluster discovery
+	// instead of the cluster RESTConfig names; it also enables that discovery
+	// on its own.
+	Cluster *ClusterListers
 
 	// PeerCAFile holds the CA certificates that sign the servers' serving
 	// certificates (--peer-ca-file).
@@ -97,8 +97,8 @@ func (o Options) complete() (Options, error) {
 	if o.PeerCAFile == "" {
 		return o, errors.New("controller: PeerCAFile is required: the CA that signs the API servers' serving certificates")
 	}
-	if len(o.StaticServers) == 0 && o.LocalServer == "" && o.RESTConfig == nil && o.Clientset == nil {
-		return o, errors.New("controller: no API servers: give StaticServers, a RESTConfig or a Clientset")
+	if len(o.StaticServers) == 0 && o.LocalServer == "" && o.RESTConfig == nil && o.Cluster == nil {
+		return o, errors.New("controller: no API servers: give StaticServers, LocalServer, a RESTConfig or Cluster")
 	}
 	if (o.FrontProxyCertFile == "") != (o.FrontProxyKeyFile == "") {
 		return o, errors.New("controller: FrontProxyCertFile and FrontProxyKeyFile must be given together")

@@ -54,7 +54,7 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		{"REST config with its own transport", func(o *Options) {
 			o.FrontProxyCertFile, o.FrontProxyKeyFile = "", ""
 			o.RESTConfig = &rest.Config{Host: "https://cluster.invalid", Transport: http.DefaultTransport}
-			o.Clientset = fake.NewClientset()
+			o.Cluster = fakeCluster(fake.NewClientset())
 		}, "RESTConfig.Transport is set"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
