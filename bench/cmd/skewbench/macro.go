@@ -67,7 +67,13 @@ served by every server; the direct floor, the plain reverse proxy and |skewgate 
 servers in turn. |skewgate serve| runs as a subprocess in passthrough identity mode, the plain reverse proxy
 (|httputil.ReverseProxy|, TLS on both sides, HTTP/2 to the servers, no Wasm) as another, the load generator as a
 third. Every client authenticates with the same bearer token (group system:masters) and verifies TLS against the
-cluster CA. /apis uses client-go's aggregated-discovery Accept header; the 304 paths send the ETag each side served.`, "|", "`")
+cluster CA. /apis uses client-go's aggregated-discovery Accept header; the 304 paths send the ETag each side served.
+The node-local paths stand for a control-plane node whose own server is |bench-1-35| and send it the request needing
+no re-route: |direct-local| straight, |plain-proxy-local| through a second plain reverse proxy with it as the only
+backend, |tcp-proxy-local| through |skewbench tcp-proxy| (an L4 proxy copying bytes both ways, TLS end to end, as
+node-local load balancers such as Talos KubePrism or k3s's agent load balancer do), and |skewgate-node-local| through
+|skewgate serve --local-apiserver| naming |bench-1-35|, with the two v1.36.3 servers as its peers (passthrough
+identity mode, one plugin VM).`, "|", "`")
 
 type macroConfig struct {
 	skewgate, wasm, loadgen, self string
@@ -89,13 +95,19 @@ type macroEnv struct {
 	serverURLs  []string
 	skewgateURL string
 	plainURL    string
-	procs       []*testcluster.Process
+	// The node-local paths' hops: the plain and the TCP proxy in front of
+	// serverOld alone, and node-local skewgate, whose local server it is.
+	plainLocalURL, tcpLocalURL, nodeLocalURL string
+	// nodeLocal is node-local skewgate's process, nodeLocalMetricsURL its
+	// metrics listener.
+	nodeLocal           *testcluster.Process
+	nodeLocalMetricsURL string
+	procs               []*testcluster.Process
 	// etags are the /apis ETags each side serves, for the 304 paths.
 	skewgateETag, apiserverETag string
 }
 
-// runMacro starts the cluster and both proxies, waits until every path
-// answers as it should, then measures the paths in interleaved rounds.
+// runMacro starts the cluster and measures the macro paths in front of it.
 func runMacro(ctx context.Context, cfg macroConfig) ([]report.Round, error) {
 	fmt.Fprintf(cfg.progress, "skewbench: starting etcd %s and three kube-apiservers %v (binaries are built on first use)\n",
 		etcdVersion, cfg.kubeVersions())
@@ -108,30 +120,59 @@ func runMacro(ctx context.Context, cfg macroConfig) ([]report.Round, error) {
 	for _, s := range cluster.Servers() {
 		env.serverURLs = append(env.serverURLs, s.URL)
 	}
-	if err := env.startPlainProxy(ctx); err != nil {
+	return env.run(ctx)
+}
+
+// run starts every hop, waits until every path answers as it should, then
+// measures the paths in interleaved rounds.
+func (e *macroEnv) run(ctx context.Context) ([]report.Round, error) {
+	if err := e.startHops(ctx); err != nil {
 		return nil, err
 	}
-	if err := env.startSkewgate(ctx); err != nil {
-		return nil, err
-	}
-	if err := env.waitUntilEveryPathAnswers(ctx); err != nil {
+	if err := e.waitUntilEveryPathAnswers(ctx); err != nil {
 		return nil, err
 	}
 	var rounds []report.Round
-	for r := 1; r <= cfg.rounds; r++ {
+	for r := 1; r <= e.cfg.rounds; r++ {
 		round := report.Round{}
 		for _, spec := range report.MacroPaths {
-			res, err := env.measure(ctx, spec.ID)
+			res, err := e.measure(ctx, spec.ID)
 			if err != nil {
 				return nil, fmt.Errorf("round %d, %s: %w", r, spec.ID, err)
 			}
-			fmt.Fprintf(cfg.progress, "skewbench: round %d/%d %-20s p50 %8.0f µs  p99 %8.0f µs  %7.0f rps  (%d ok, errors %v)\n",
-				r, cfg.rounds, spec.ID, res.P50, res.P99, res.RPS, res.OK, res.Errors)
+			fmt.Fprintf(e.cfg.progress, "skewbench: round %d/%d %-20s p50 %8.0f µs  p99 %8.0f µs  %7.0f rps  (%d ok, errors %v)\n",
+				r, e.cfg.rounds, spec.ID, res.P50, res.P99, res.RPS, res.OK, res.Errors)
 			round[spec.ID] = res
 		}
 		rounds = append(rounds, round)
 	}
 	return rounds, nil
+}
+
+// startHops starts every process a path goes through on its way to the
+// servers.
+func (e *macroEnv) startHops(ctx context.Context) error {
+	var err error
+	if e.plainURL, err = e.startPlainProxy(ctx, "plain-proxy", e.serverURLs); err != nil {
+		return err
+	}
+	if e.plainLocalURL, err = e.startPlainProxy(ctx, "plain-proxy-local", []string{e.serverURL(serverOld)}); err != nil {
+		return err
+	}
+	if e.tcpLocalURL, err = e.startTCPProxy(ctx, "tcp-proxy-local", e.serverURL(serverOld)); err != nil {
+		return err
+	}
+	fmt.Fprintln(e.cfg.progress, "skewbench: starting skewgate serve")
+	var servers []string
+	for _, u := range e.serverURLs {
+		servers = append(servers, "--apiserver="+u)
+	}
+	sg, err := e.startSkewgate(ctx, "skewgate", servers)
+	if err != nil {
+		return err
+	}
+	e.skewgateURL = "https://" + loopback(sg.ports[0])
+	return e.startNodeLocalSkewgate(ctx)
 }
 
 func (e *macroEnv) close() {
@@ -164,11 +205,24 @@ func (e *macroEnv) serverURL(i int) string { return e.serverURLs[i] }
 // loopback is 127.0.0.1:port.
 func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 
+// How often a wait polls: a starting process finely, routes settling in the
+// running set-up coarsely.
+const (
+	readyPoll = 20 * time.Millisecond
+	routePoll = 500 * time.Millisecond
+)
+
+// started is a subprocess that passed its readiness check.
+type started struct {
+	proc  *testcluster.Process
+	ports []int
+}
+
 // startProcess starts the command argv builds for fresh loopback ports and
 // waits until the URL ready builds answers 200, retrying with other ports if
 // one was taken meanwhile.
 func (e *macroEnv) startProcess(ctx context.Context, name string, nPorts int, argv func(ports []int) []string,
-	ready func(ports []int) string) ([]int, error) {
+	ready func(ports []int) string) (*started, error) {
 	var lastErr error
 	for attempt := 1; attempt <= 3; attempt++ {
 		ports, err := testcluster.FreePorts(nPorts)
@@ -179,9 +233,9 @@ func (e *macroEnv) startProcess(ctx context.Context, name string, nPorts int, ar
 		if err != nil {
 			return nil, err
 		}
-		if lastErr = e.waitStatus(ctx, proc, ready(ports), nil, http.StatusOK); lastErr == nil {
+		if lastErr = e.waitStatus(ctx, proc, ready(ports), nil, http.StatusOK, readyPoll); lastErr == nil {
 			e.procs = append(e.procs, proc)
-			return ports, nil
+			return &started{proc: proc, ports: ports}, nil
 		}
 		lastErr = fmt.Errorf("%w\n%s", lastErr, proc.LogTail(30))
 		proc.Stop(10 * time.Second)
@@ -189,27 +243,46 @@ func (e *macroEnv) startProcess(ctx context.Context, name string, nPorts int, ar
 	return nil, fmt.Errorf("%s did not start: %w", name, lastErr)
 }
 
-func (e *macroEnv) startPlainProxy(ctx context.Context) error {
+// startPlainProxy starts the plain reverse proxy as name in front of the
+// backends and returns its URL.
+func (e *macroEnv) startPlainProxy(ctx context.Context, name string, backends []string) (string, error) {
 	files := e.cluster.PKI().Files
-	ports, err := e.startProcess(ctx, "plain-proxy", 1, func(ports []int) []string {
+	s, err := e.startProcess(ctx, name, 1, func(ports []int) []string {
 		argv := []string{e.cfg.self, "plain-proxy", "-listen", loopback(ports[0]),
 			"-tls-cert-file", files.ServingCert, "-tls-private-key-file", files.ServingKey, "-peer-ca-file", files.CACert}
-		for _, u := range e.serverURLs {
+		for _, u := range backends {
 			argv = append(argv, "-backend", u)
 		}
 		return argv
 	}, func(ports []int) string { return "https://" + loopback(ports[0]) + commonPath })
 	if err != nil {
-		return err
+		return "", err
 	}
-	e.plainURL = "https://" + loopback(ports[0])
-	return nil
+	return "https://" + loopback(s.ports[0]), nil
 }
 
-func (e *macroEnv) startSkewgate(ctx context.Context) error {
+// startTCPProxy starts the L4 proxy as name in front of the server at
+// serverURL and returns the URL that reaches the server through it.
+func (e *macroEnv) startTCPProxy(ctx context.Context, name, serverURL string) (string, error) {
+	server, err := loadgen.ParseTarget(serverURL)
+	if err != nil {
+		return "", err
+	}
+	s, err := e.startProcess(ctx, name, 1, func(ports []int) []string {
+		return []string{e.cfg.self, "tcp-proxy", "-listen", loopback(ports[0]), "-backend", server.Host}
+	}, func(ports []int) string { return "https://" + loopback(ports[0]) + commonPath })
+	if err != nil {
+		return "", err
+	}
+	return "https://" + loopback(s.ports[0]), nil
+}
+
+// startSkewgate starts skewgate serve as name with the TLS files and identity
+// mode every instance shares; servers are the flags naming its API servers.
+// ports[0] of the result is the gateway's, ports[1] the metrics listener's.
+func (e *macroEnv) startSkewgate(ctx context.Context, name string, servers []string) (*started, error) {
 	files := e.cluster.PKI().Files
-	fmt.Fprintln(e.cfg.progress, "skewbench: starting skewgate serve")
-	ports, err := e.startProcess(ctx, "skewgate", 2, func(ports []int) []string {
+	return e.startProcess(ctx, name, 2, func(ports []int) []string {
 		argv := []string{e.cfg.skewgate, "serve",
 			"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(ports[0]),
 			"--tls-cert-file=" + files.ServingCert, "--tls-private-key-file=" + files.ServingKey,
@@ -219,54 +292,54 @@ func (e *macroEnv) startSkewgate(ctx context.Context) error {
 			"--metrics-bind-address=" + loopback(ports[1]),
 			"--wasm=" + e.cfg.wasm,
 		}
-		for _, u := range e.serverURLs {
-			argv = append(argv, "--apiserver="+u)
-		}
-		return argv
+		return append(argv, servers...)
 	}, func(ports []int) string { return "http://" + loopback(ports[1]) + "/readyz" })
-	if err != nil {
-		return err
-	}
-	e.skewgateURL = "https://" + loopback(ports[0])
-	return nil
 }
 
-// waitStatus polls url until it answers want, the process exits, or three
-// minutes pass.
-func (e *macroEnv) waitStatus(ctx context.Context, proc *testcluster.Process, url string, header http.Header, want int) error {
+// waitFor calls check every interval until it reports done, the process
+// (when given) exits, or three minutes pass; check also describes what it saw,
+// for the error.
+func waitFor(ctx context.Context, proc *testcluster.Process, every time.Duration, what string,
+	check func(context.Context) (done bool, saw string)) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	last := "no answer"
 	for {
 		if proc != nil {
 			if exited, err := proc.Exited(); exited {
 				return err
 			}
 		}
-		status, _, err := e.get(ctx, url, header)
-		if err == nil && status == want {
+		done, saw := check(ctx)
+		if done {
 			return nil
-		}
-		if err != nil {
-			last = err.Error()
-		} else {
-			last = strconv.Itoa(status)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s did not answer %d (last: %s): %w", url, want, last, ctx.Err())
-		case <-time.After(500 * time.Millisecond):
+			return fmt.Errorf("%s (last: %s): %w", what, saw, ctx.Err())
+		case <-time.After(every):
 		}
 	}
+}
+
+// waitStatus polls url every interval until it answers want.
+func (e *macroEnv) waitStatus(ctx context.Context, proc *testcluster.Process, url string, header http.Header, want int,
+	every time.Duration) error {
+	return waitFor(ctx, proc, every, fmt.Sprintf("%s did not answer %d", url, want), func(ctx context.Context) (bool, string) {
+		status, _, _, err := e.get(ctx, url, header)
+		if err != nil {
+			return false, err.Error()
+		}
+		return status == want, strconv.Itoa(status)
+	})
 }
 
 // get sends one request as the benchmark client does: TLS verified against
 // the cluster CA, the bearer token on https only (the metrics listener is
 // plain HTTP).
-func (e *macroEnv) get(ctx context.Context, url string, header http.Header) (int, http.Header, error) {
+func (e *macroEnv) get(ctx context.Context, url string, header http.Header) (int, http.Header, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	for k, v := range header {
 		req.Header[k] = v
@@ -276,25 +349,30 @@ func (e *macroEnv) get(ctx context.Context, url string, header http.Header) (int
 	}
 	resp, err := e.client.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
-	_, err = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header, err
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, body, err
 }
 
 // waitUntilEveryPathAnswers waits for upstream's proxy to learn its peers'
-// resources and for skewgate to hold a snapshot of every server, checks the
-// skew the benchmark relies on, and records each side's /apis ETag.
+// resources, for skewgate to hold a snapshot of every server and for
+// node-local skewgate to prefer its local server, checks the skew the
+// benchmark relies on, and records each side's /apis ETag.
 func (e *macroEnv) waitUntilEveryPathAnswers(ctx context.Context) error {
-	fmt.Fprintln(e.cfg.progress, "skewbench: waiting for the mixed version proxy and skewgate to route the alpha resource")
-	if err := e.waitStatus(ctx, nil, e.serverURL(serverNew)+reroutedPath, nil, http.StatusOK); err != nil {
+	fmt.Fprintln(e.cfg.progress, "skewbench: waiting for the mixed version proxy and skewgate to route the alpha resource, "+
+		"and for node-local skewgate to prefer its own server")
+	if err := e.waitStatus(ctx, nil, e.serverURL(serverNew)+reroutedPath, nil, http.StatusOK, routePoll); err != nil {
 		return fmt.Errorf("upstream's mixed version proxy: %w", err)
 	}
-	if err := e.waitStatus(ctx, nil, e.skewgateURL+reroutedPath, nil, http.StatusOK); err != nil {
+	if err := e.waitStatus(ctx, nil, e.skewgateURL+reroutedPath, nil, http.StatusOK, routePoll); err != nil {
 		return fmt.Errorf("skewgate: %w", err)
 	}
-	if status, _, err := e.get(ctx, e.serverURL(serverOld)+reroutedPath, nil); err != nil || status != http.StatusNotFound {
+	if err := e.waitLocalPreferred(ctx); err != nil {
+		return err
+	}
+	if status, _, _, err := e.get(ctx, e.serverURL(serverOld)+reroutedPath, nil); err != nil || status != http.StatusNotFound {
 		return fmt.Errorf("%s on the v1.35.4 server: status %d, %v; want 404 (the skew the benchmark relies on)", reroutedPath, status, err)
 	}
 	discovery := http.Header{"Accept": {acceptDiscovery}}
@@ -302,7 +380,7 @@ func (e *macroEnv) waitUntilEveryPathAnswers(ctx context.Context) error {
 		url  string
 		etag *string
 	}{{e.skewgateURL, &e.skewgateETag}, {e.serverURL(serverNew), &e.apiserverETag}} {
-		status, header, err := e.get(ctx, side.url+apisPath, discovery)
+		status, header, _, err := e.get(ctx, side.url+apisPath, discovery)
 		if err != nil || status != http.StatusOK || header.Get("ETag") == "" {
 			return fmt.Errorf("GET %s%s: status %d, ETag %q, %v; want 200 with an ETag", side.url, apisPath, status, header.Get("ETag"), err)
 		}
@@ -317,7 +395,7 @@ func (e *macroEnv) waitUntilEveryPathAnswers(ctx context.Context) error {
 			}
 		}
 		for _, url := range target.urls {
-			if status, _, err := e.get(ctx, url, header); err != nil || status != target.status {
+			if status, _, _, err := e.get(ctx, url, header); err != nil || status != target.status {
 				return fmt.Errorf("path %s: GET %s: status %d, %v; want %d", spec.ID, url, status, err, target.status)
 			}
 		}
@@ -348,6 +426,14 @@ func (e *macroEnv) target(id string) pathTarget {
 		return pathTarget{urls: []string{e.plainURL + commonPath}, status: http.StatusOK}
 	case report.PathSkewgate:
 		return pathTarget{urls: []string{e.skewgateURL + commonPath}, status: http.StatusOK}
+	case report.PathDirectLocal:
+		return pathTarget{urls: []string{e.serverURL(serverOld) + commonPath}, status: http.StatusOK}
+	case report.PathPlainProxyLocal:
+		return pathTarget{urls: []string{e.plainLocalURL + commonPath}, status: http.StatusOK}
+	case report.PathTCPProxyLocal:
+		return pathTarget{urls: []string{e.tcpLocalURL + commonPath}, status: http.StatusOK}
+	case report.PathSkewgateNodeLocal:
+		return pathTarget{urls: []string{e.nodeLocalURL + commonPath}, status: http.StatusOK}
 	case report.PathDirectCapable:
 		return pathTarget{urls: []string{e.serverURL(serverExtra) + reroutedPath}, status: http.StatusOK}
 	case report.PathSkewgateRerouted:

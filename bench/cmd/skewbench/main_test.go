@@ -27,6 +27,7 @@ var passingFigures = map[string]float64{
 	report.FigureReroutedAddedP50: 0.3, report.FigureReroutedRPS: 1.6, report.FigureForwardAddedP50: 1.0,
 	report.FigureForwardRPS: 0.99, report.FigureAPIsRPS: 3, report.FigurePluginRequestNs: 1500,
 	report.FigureDecideNs: 150, report.FigureDecideAllocs: 0, report.FigureMerge: 0.5,
+	report.FigureNodeLocalAddedP50: 1.05,
 }
 
 func saveResults(t *testing.T, dir, date string, figures map[string]float64) {
@@ -174,6 +175,7 @@ func TestPlainProxyRefusesNonLoopbackBackendsAndMissingCA(t *testing.T) {
 
 func TestEveryMacroPathHasATarget(t *testing.T) {
 	e := &macroEnv{skewgateURL: "https://127.0.0.1:8000", plainURL: "https://127.0.0.1:8001",
+		plainLocalURL: "https://127.0.0.1:8002", tcpLocalURL: "https://127.0.0.1:8003", nodeLocalURL: "https://127.0.0.1:8004",
 		skewgateETag: `"S"`, apiserverETag: `"A"`}
 	for i := range clusterSpec {
 		e.serverURLs = append(e.serverURLs, fmt.Sprintf("https://127.0.0.1:700%d", i))
@@ -188,6 +190,11 @@ func TestEveryMacroPathHasATarget(t *testing.T) {
 		{report.PathDirect, []string{"https://127.0.0.1:7000" + commonPath, "https://127.0.0.1:7001" + commonPath, "https://127.0.0.1:7002" + commonPath}, 200, "", false},
 		{report.PathPlainProxy, []string{"https://127.0.0.1:8001" + commonPath}, 200, "", false},
 		{report.PathSkewgate, []string{"https://127.0.0.1:8000" + commonPath}, 200, "", false},
+		// The node-local paths all end at the v1.35.4 server.
+		{report.PathDirectLocal, []string{"https://127.0.0.1:7000" + commonPath}, 200, "", false},
+		{report.PathPlainProxyLocal, []string{"https://127.0.0.1:8002" + commonPath}, 200, "", false},
+		{report.PathTCPProxyLocal, []string{"https://127.0.0.1:8003" + commonPath}, 200, "", false},
+		{report.PathSkewgateNodeLocal, []string{"https://127.0.0.1:8004" + commonPath}, 200, "", false},
 		{report.PathDirectCapable, []string{"https://127.0.0.1:7002" + reroutedPath}, 200, "", false},
 		{report.PathSkewgateRerouted, []string{"https://127.0.0.1:8000" + reroutedPath}, 200, "", false},
 		{report.PathMVPRerouted, []string{"https://127.0.0.1:7001" + reroutedPath}, 200, "", false},

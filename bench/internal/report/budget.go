@@ -21,6 +21,8 @@ var Budgets = []Budget{
 	{Text: "re-routed through skewgate: rps >= 1.25 x the in-server MVP's", Figure: FigureReroutedRPS, AtLeast: true, Limit: 1.25},
 	{Text: "no re-route: skewgate's added p50 <= 1.1 x the plain reverse proxy's", Figure: FigureForwardAddedP50, Limit: 1.1},
 	{Text: "no re-route: skewgate's rps >= 0.95 x the plain reverse proxy's", Figure: FigureForwardRPS, AtLeast: true, Limit: 0.95},
+	{Text: "node-local: skewgate's added p50 <= 1.1 x the plain reverse proxy's (both in front of the node's own server)",
+		Figure: FigureNodeLocalAddedP50, Limit: 1.1},
 	{Text: "merged /apis: rps >= 2 x kube-apiserver's peer-aggregated /apis", Figure: FigureAPIsRPS, AtLeast: true, Limit: 2},
 	{Text: "plugin request-headers call in wazero <= 2 us", Figure: FigurePluginRequestNs, Limit: 2000},
 	{Text: "Decide <= 200 ns", Figure: FigureDecideNs, Limit: 200},

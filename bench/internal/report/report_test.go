@@ -214,6 +214,7 @@ func TestAddMacroComputesAddedLatencyAndRatiosPerRound(t *testing.T) {
 	base := func(mvpAdded, sgAdded float64) Round {
 		return macroRound(map[string]float64{
 			PathDirect: 1000, PathPlainProxy: 1200, PathSkewgate: 1220,
+			PathDirectLocal: 700, PathPlainProxyLocal: 900, PathTCPProxyLocal: 750, PathSkewgateNodeLocal: 900 + sgAdded/10,
 			PathDirectCapable: 1100, PathSkewgateRerouted: 1100 + sgAdded, PathMVPRerouted: 1100 + mvpAdded,
 			PathSkewgateAPIs: 300, PathAPIServerAPIs: 3000, PathSkewgateAPIs304: 200, PathAPIServerAPIs304: 800,
 		}, map[string]float64{
@@ -234,6 +235,9 @@ func TestAddMacroComputesAddedLatencyAndRatiosPerRound(t *testing.T) {
 	for key, want := range map[string]float64{
 		FigureReroutedRPS: 2, FigureForwardAddedP50: 1.1, FigureForwardRPS: 2900.0 / 3000, FigureAPIsRPS: 9,
 		"apis304.rps.skewgate_over_apiserver": 2, "apis.p50.skewgate_over_apiserver": 0.1,
+		// Node-local skewgate adds 220, 240 and 210 over direct-local: against
+		// the plain proxy's 200 and the TCP proxy's 50 in the same rounds.
+		FigureNodeLocalAddedP50: 1.1, "nodelocal.added_p50.skewgate_over_tcp": 4.4,
 	} {
 		if got, _ := figureRuns(t, &r, key); math.Abs(got-want) > 1e-9 {
 			t.Errorf("%s = %v; want %v", key, got, want)
@@ -245,6 +249,11 @@ func TestAddMacroComputesAddedLatencyAndRatiosPerRound(t *testing.T) {
 	}
 	if p, _ := r.Path(PathDirect); !math.IsNaN(float64(p.AddedP50)) || p.P50 != 1000 || p.RPS != 4000 {
 		t.Errorf("floor path %+v; want p50 1000, rps 4000, no added latency", p)
+	}
+	for id, want := range map[string]float64{PathPlainProxyLocal: 200, PathTCPProxyLocal: 50, PathSkewgateNodeLocal: 220} {
+		if p, _ := r.Path(id); p.Floor != PathDirectLocal || math.Abs(float64(p.AddedP50)-want) > 1e-9 {
+			t.Errorf("path %+v; want median added p50 %v over %s", p, want, PathDirectLocal)
+		}
 	}
 }
 
@@ -335,6 +344,7 @@ func TestEveryBudgetNamesAFigureTheHarnessProduces(t *testing.T) {
 	produced := map[string]bool{
 		FigureReroutedAddedP50: true, FigureReroutedRPS: true, FigureForwardAddedP50: true, FigureForwardRPS: true,
 		FigureAPIsRPS: true, FigurePluginRequestNs: true, FigureDecideNs: true, FigureDecideAllocs: true, FigureMerge: true,
+		FigureNodeLocalAddedP50: true,
 	}
 	for _, b := range Budgets {
 		if !produced[b.Figure] {
@@ -417,7 +427,8 @@ func sampleResults(t *testing.T) *Results {
 	t.Helper()
 	r := &Results{Date: "2026-01-02", Machine: Machine{CPU: "Test <CPU> & co", Cores: 2, Go: "go1.26.8"},
 		Settings: Settings{MicroRuns: 3, Rounds: 2, Protocol: "h2"}, Topology: "Three servers."}
-	round := macroRound(map[string]float64{PathDirect: 1000, PathPlainProxy: 1300, PathSkewgate: 1250},
+	round := macroRound(map[string]float64{PathDirect: 1000, PathPlainProxy: 1300, PathSkewgate: 1250,
+		PathDirectLocal: 600, PathPlainProxyLocal: 800, PathSkewgateNodeLocal: 850},
 		map[string]float64{PathDirect: 10, PathPlainProxy: 8})
 	if err := r.AddMacro([]Round{round, round}); err != nil {
 		t.Fatal(err)
@@ -471,6 +482,8 @@ func TestMarkdownReportsBudgetsPathsFiguresAndBenchmarks(t *testing.T) {
 		"| Budget | Measured | Verdict |", "merge+ETag <= 1.0 x upstream | 0.75 | PASS",
 		"| `plain-proxy`: plain Go reverse proxy | 1.30 ms |", "300 µs over `direct`",
 		"`merge.skewgate_over_upstream`", "| `BenchmarkMergeAndETag/skewgate` | 2 |",
+		"| `direct-local`: direct to the node's own server (v1.35.4) | 600 µs |", "250 µs over `direct-local`",
+		"node-local: skewgate's added p50 <= 1.1 x the plain reverse proxy's (both in front of the node's own server) | 1.25 | FAIL",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("Markdown lacks %q:\n%s", want, md)

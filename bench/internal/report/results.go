@@ -170,6 +170,13 @@ const (
 	PathAPIServerAPIs    = "apiserver-apis"
 	PathSkewgateAPIs304  = "skewgate-apis-304"
 	PathAPIServerAPIs304 = "apiserver-apis-304"
+
+	// The node-local paths: a control-plane node's own components reaching
+	// their own API server.
+	PathDirectLocal       = "direct-local"
+	PathPlainProxyLocal   = "plain-proxy-local"
+	PathTCPProxyLocal     = "tcp-proxy-local"
+	PathSkewgateNodeLocal = "skewgate-node-local"
 )
 
 // PathSpec names a macro path and its floor.
@@ -182,6 +189,10 @@ var MacroPaths = []PathSpec{
 	{PathDirect, "direct to the API servers (no re-route needed)", ""},
 	{PathPlainProxy, "plain Go reverse proxy", PathDirect},
 	{PathSkewgate, "skewgate serve, no re-route", PathDirect},
+	{PathDirectLocal, "direct to the node's own server (v1.35.4)", ""},
+	{PathPlainProxyLocal, "plain Go reverse proxy to the node's own server", PathDirectLocal},
+	{PathTCPProxyLocal, "L4 TCP proxy to the node's own server (TLS end to end)", PathDirectLocal},
+	{PathSkewgateNodeLocal, "skewgate serve, node-local mode", PathDirectLocal},
 	{PathDirectCapable, "direct to the only capable server", ""},
 	{PathSkewgateRerouted, "skewgate serve, re-routed", PathDirectCapable},
 	{PathMVPRerouted, "upstream MVP, proxied by a peer", PathDirectCapable},
@@ -251,6 +262,10 @@ func (r *Results) AddMacro(rounds []Round) error {
 	r.addFigure(GroupMacro, FigureReroutedRPS, "re-routed: skewgate rps / in-server MVP rps", "ratio", perRound(rpsRatio(PathSkewgateRerouted, PathMVPRerouted)))
 	r.addFigure(GroupMacro, FigureForwardAddedP50, "no re-route: skewgate added p50 / plain reverse proxy added p50", "ratio", perRound(addedRatio(PathSkewgate, PathPlainProxy)))
 	r.addFigure(GroupMacro, FigureForwardRPS, "no re-route: skewgate rps / plain reverse proxy rps", "ratio", perRound(rpsRatio(PathSkewgate, PathPlainProxy)))
+	r.addFigure(GroupMacro, FigureNodeLocalAddedP50, "node-local: skewgate added p50 / plain reverse proxy added p50", "ratio",
+		perRound(addedRatio(PathSkewgateNodeLocal, PathPlainProxyLocal)))
+	r.addFigure(GroupMacro, "nodelocal.added_p50.skewgate_over_tcp", "node-local: skewgate added p50 / L4 TCP proxy added p50", "ratio",
+		perRound(addedRatio(PathSkewgateNodeLocal, PathTCPProxyLocal)))
 	r.addFigure(GroupMacro, FigureAPIsRPS, "/apis: skewgate merged rps / kube-apiserver peer-aggregated rps", "ratio", perRound(rpsRatio(PathSkewgateAPIs, PathAPIServerAPIs)))
 	r.addFigure(GroupMacro, "apis.p50.skewgate_over_apiserver", "/apis: skewgate p50 / kube-apiserver p50", "ratio", perRound(p50Ratio(PathSkewgateAPIs, PathAPIServerAPIs)))
 	r.addFigure(GroupMacro, "apis304.rps.skewgate_over_apiserver", "/apis 304: skewgate rps / kube-apiserver rps", "ratio", perRound(rpsRatio(PathSkewgateAPIs304, PathAPIServerAPIs304)))
@@ -296,6 +311,8 @@ const (
 	FigureDecideNs         = "decide.max_ns"
 	FigureDecideAllocs     = "decide.max_allocs"
 	FigureMerge            = "merge.skewgate_over_upstream"
+
+	FigureNodeLocalAddedP50 = "nodelocal.added_p50.skewgate_over_plain"
 )
 
 // Micro benchmark names the figures are derived from.
