@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -73,7 +74,10 @@ no re-route: |direct-local| straight, |plain-proxy-local| through a second plain
 backend, |tcp-proxy-local| through |skewbench tcp-proxy| (an L4 proxy copying bytes both ways, TLS end to end, as
 node-local load balancers such as Talos KubePrism or k3s's agent load balancer do), and |skewgate-node-local| through
 |skewgate serve --local-apiserver| naming |bench-1-35|, with the two v1.36.3 servers as its peers (passthrough
-identity mode, one plugin VM).`, "|", "`")
+identity mode, one plugin VM). Its footprint is measured once per run: VmRSS, RssAnon and RssFile from
+/proc/<pid>/status after the rounds, and the time from starting the process to its first 200 from /readyz (polled
+every 20 ms), first with an empty |--compilation-cache-dir| (the plugin is compiled), then restarted with the cache
+that start filled.`, "|", "`")
 
 type macroConfig struct {
 	skewgate, wasm, loadgen, self string
@@ -102,29 +106,33 @@ type macroEnv struct {
 	// metrics listener.
 	nodeLocal           *testcluster.Process
 	nodeLocalMetricsURL string
+	footprint           report.NodeLocalFootprint
 	procs               []*testcluster.Process
 	// etags are the /apis ETags each side serves, for the 304 paths.
 	skewgateETag, apiserverETag string
 }
 
-// runMacro starts the cluster and measures the macro paths in front of it.
-func runMacro(ctx context.Context, cfg macroConfig) ([]report.Round, error) {
+// runMacro starts the cluster and measures everything that runs in front of
+// it: the macro paths' rounds and node-local skewgate's footprint.
+func runMacro(ctx context.Context, cfg macroConfig) ([]report.Round, report.NodeLocalFootprint, error) {
 	fmt.Fprintf(cfg.progress, "skewbench: starting etcd %s and three kube-apiservers %v (binaries are built on first use)\n",
 		etcdVersion, cfg.kubeVersions())
 	cluster, err := testcluster.Start(ctx, progressLogger{cfg.progress}, testcluster.Spec{Servers: clusterSpec})
 	if err != nil {
-		return nil, err
+		return nil, report.NodeLocalFootprint{}, err
 	}
 	env := &macroEnv{cfg: cfg, cluster: cluster, client: tokenClient(cluster)}
 	defer env.close()
 	for _, s := range cluster.Servers() {
 		env.serverURLs = append(env.serverURLs, s.URL)
 	}
-	return env.run(ctx)
+	rounds, err := env.run(ctx)
+	return rounds, env.footprint, err
 }
 
-// run starts every hop, waits until every path answers as it should, then
-// measures the paths in interleaved rounds.
+// run starts every hop, timing node-local skewgate's start, waits until every
+// path answers as it should, measures the paths in interleaved rounds, then
+// reads node-local skewgate's resident memory.
 func (e *macroEnv) run(ctx context.Context) ([]report.Round, error) {
 	if err := e.startHops(ctx); err != nil {
 		return nil, err
@@ -145,6 +153,9 @@ func (e *macroEnv) run(ctx context.Context) ([]report.Round, error) {
 			round[spec.ID] = res
 		}
 		rounds = append(rounds, round)
+	}
+	if err := e.readNodeLocalMemory(); err != nil {
+		return nil, err
 	}
 	return rounds, nil
 }
@@ -173,6 +184,12 @@ func (e *macroEnv) startHops(ctx context.Context) error {
 	}
 	e.skewgateURL = "https://" + loopback(sg.ports[0])
 	return e.startNodeLocalSkewgate(ctx)
+}
+
+// stop ends one of the started processes before the set-up closes.
+func (e *macroEnv) stop(proc *testcluster.Process) {
+	proc.Stop(30 * time.Second)
+	e.procs = slices.DeleteFunc(e.procs, func(p *testcluster.Process) bool { return p == proc })
 }
 
 func (e *macroEnv) close() {
@@ -205,8 +222,9 @@ func (e *macroEnv) serverURL(i int) string { return e.serverURLs[i] }
 // loopback is 127.0.0.1:port.
 func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 
-// How often a wait polls: a starting process finely, routes settling in the
-// running set-up coarsely.
+// How often a wait polls: a starting process finely, since node-local
+// skewgate's readiness is timed by that wait; routes settling in the running
+// set-up coarsely.
 const (
 	readyPoll = 20 * time.Millisecond
 	routePoll = 500 * time.Millisecond
@@ -216,6 +234,9 @@ const (
 type started struct {
 	proc  *testcluster.Process
 	ports []int
+	// readyAfter is the time from starting the process to its first ready
+	// answer.
+	readyAfter time.Duration
 }
 
 // startProcess starts the command argv builds for fresh loopback ports and
@@ -229,13 +250,14 @@ func (e *macroEnv) startProcess(ctx context.Context, name string, nPorts int, ar
 		if err != nil {
 			return nil, err
 		}
+		begun := time.Now()
 		proc, err := testcluster.StartProcess(name, filepath.Join(e.cluster.Dir(), name+".log"), argv(ports))
 		if err != nil {
 			return nil, err
 		}
 		if lastErr = e.waitStatus(ctx, proc, ready(ports), nil, http.StatusOK, readyPoll); lastErr == nil {
 			e.procs = append(e.procs, proc)
-			return &started{proc: proc, ports: ports}, nil
+			return &started{proc: proc, ports: ports, readyAfter: time.Since(begun)}, nil
 		}
 		lastErr = fmt.Errorf("%w\n%s", lastErr, proc.LogTail(30))
 		proc.Stop(10 * time.Second)

@@ -186,13 +186,14 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		results.AddMicro(lines)
 	}
 	if !*skipMacro {
-		rounds, err := runMacro(ctx, macro)
+		rounds, footprint, err := runMacro(ctx, macro)
 		if err != nil {
 			return err
 		}
 		if err := results.AddMacro(rounds); err != nil {
 			return err
 		}
+		results.AddNodeLocalFootprint(footprint)
 		results.Topology = topology
 	}
 	results.WallSeconds = report.Number(time.Since(started).Seconds())

@@ -27,7 +27,8 @@ var passingFigures = map[string]float64{
 	report.FigureReroutedAddedP50: 0.3, report.FigureReroutedRPS: 1.6, report.FigureForwardAddedP50: 1.0,
 	report.FigureForwardRPS: 0.99, report.FigureAPIsRPS: 3, report.FigurePluginRequestNs: 1500,
 	report.FigureDecideNs: 150, report.FigureDecideAllocs: 0, report.FigureMerge: 0.5,
-	report.FigureNodeLocalAddedP50: 1.05,
+	report.FigureNodeLocalAddedP50: 1.05, report.FigureNodeLocalRSS: 48, report.FigureNodeLocalReadyWarm: 0.5,
+	report.FigureNodeLocalReadyCold: 2.5,
 }
 
 func saveResults(t *testing.T, dir, date string, figures map[string]float64) {
@@ -47,6 +48,11 @@ func TestCheckPrintsAVerdictPerBudgetForTheNewestResults(t *testing.T) {
 		failing[k] = v
 	}
 	failing[report.FigureForwardRPS] = 0.9
+	tooBig := map[string]float64{}
+	for k, v := range passingFigures {
+		tooBig[k] = v
+	}
+	tooBig[report.FigureNodeLocalRSS] = 65
 	cases := []struct {
 		name      string
 		newest    map[string]float64
@@ -56,6 +62,7 @@ func TestCheckPrintsAVerdictPerBudgetForTheNewestResults(t *testing.T) {
 	}{
 		{"every budget met", passingFigures, 0, 0, ""},
 		{"one budget missed", failing, 1, 1, "FAIL  no re-route: skewgate's rps >= 0.95"},
+		{"node-local memory over budget", tooBig, 1, 1, "FAIL  node-local skewgate: resident memory (VmRSS) after the rounds <= 64 MiB: 65 (budget <= 64)"},
 		{"figures missing", map[string]float64{}, 1, len(report.Budgets), "FAIL  Decide <= 200 ns: missing"},
 	}
 	for _, c := range cases {
@@ -218,6 +225,28 @@ func TestEveryMacroPathHasATarget(t *testing.T) {
 			}
 			if c.ifMatch != "" && !strings.Contains(headers, "If-None-Match: "+c.ifMatch) {
 				t.Errorf("headers %q; want If-None-Match %s", headers, c.ifMatch)
+			}
+		})
+	}
+}
+
+func TestParseResidentMemory(t *testing.T) {
+	status := "Name:\tskewgate\nVmPeak:\t 1300000 kB\nVmRSS:\t   49152 kB\nRssAnon:\t   30720 kB\n" +
+		"RssFile:\t   18432 kB\nRssShmem:\t       0 kB\nThreads:\t8\n"
+	vmRSS, rssAnon, rssFile, err := parseResidentMemory([]byte(status))
+	if err != nil || vmRSS != 48<<20 || rssAnon != 30<<20 || rssFile != 18<<20 {
+		t.Errorf("parseResidentMemory = %d, %d, %d, %v; want 48, 30 and 18 MiB", vmRSS, rssAnon, rssFile, err)
+	}
+	cases := []struct{ name, status, want string }{
+		{"no RssFile", "VmRSS:\t 10 kB\nRssAnon:\t 5 kB\n", "no RssFile"},
+		{"no memory fields", "Name:\tx\n", "no RssAnon, RssFile, VmRSS"},
+		{"not a number", "VmRSS:\t lots kB\nRssAnon:\t 5 kB\nRssFile:\t 5 kB\n", "VmRSS"},
+		{"another unit", "VmRSS:\t 10 MB\nRssAnon:\t 5 kB\nRssFile:\t 5 kB\n", "VmRSS"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if _, _, _, err := parseResidentMemory([]byte(c.status)); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("parseResidentMemory = %v; want an error naming %q", err, c.want)
 			}
 		})
 	}

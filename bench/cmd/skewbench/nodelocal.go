@@ -3,24 +3,51 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/skewgate/skewgate/discovery"
 )
 
 // startNodeLocalSkewgate starts skewgate in node-local mode in front of
-// serverOld, with the two other servers as its peers.
+// serverOld, with the two other servers as its peers, timing how long it takes
+// to become ready: first with an empty compilation cache, then, stopped and
+// started again, with the cache the first start filled. The second one serves
+// the node-local path.
 func (e *macroEnv) startNodeLocalSkewgate(ctx context.Context) error {
+	cache := filepath.Join(e.cluster.Dir(), "node-local-compilation-cache")
+	if err := os.Mkdir(cache, 0o755); err != nil {
+		return err
+	}
 	servers := []string{"--local-apiserver=" + e.serverURL(serverOld),
-		"--apiserver=" + e.serverURL(serverNew), "--apiserver=" + e.serverURL(serverExtra)}
-	fmt.Fprintln(e.cfg.progress, "skewbench: starting node-local skewgate serve")
-	s, err := e.startSkewgate(ctx, "skewgate-node-local", servers)
+		"--apiserver=" + e.serverURL(serverNew), "--apiserver=" + e.serverURL(serverExtra),
+		"--compilation-cache-dir=" + cache}
+	fmt.Fprintln(e.cfg.progress, "skewbench: starting node-local skewgate serve with an empty compilation cache")
+	// A retry on a taken port still starts cold: skewgate binds its listeners
+	// before it compiles the plugin.
+	cold, err := e.startSkewgate(ctx, "skewgate-node-local-cold", servers)
 	if err != nil {
 		return err
 	}
-	e.nodeLocal = s.proc
-	e.nodeLocalURL, e.nodeLocalMetricsURL = "https://"+loopback(s.ports[0]), "http://"+loopback(s.ports[1])
+	e.stop(cold.proc)
+	if entries, err := os.ReadDir(cache); err != nil || len(entries) == 0 {
+		return fmt.Errorf("compilation cache %s empty after the first start (%v): the restart would not be warm", cache, err)
+	}
+	fmt.Fprintln(e.cfg.progress, "skewbench: restarting node-local skewgate serve with the compilation cache it filled")
+	warm, err := e.startSkewgate(ctx, "skewgate-node-local", servers)
+	if err != nil {
+		return err
+	}
+	e.footprint.ReadyCold, e.footprint.ReadyWarm = cold.readyAfter, warm.readyAfter
+	fmt.Fprintf(e.cfg.progress, "skewbench: node-local skewgate ready %s after start with an empty compilation cache, %s with a warm one\n",
+		cold.readyAfter.Round(readyPoll), warm.readyAfter.Round(readyPoll))
+	e.nodeLocal = warm.proc
+	e.nodeLocalURL, e.nodeLocalMetricsURL = "https://"+loopback(warm.ports[0]), "http://"+loopback(warm.ports[1])
 	return nil
 }
 
@@ -49,4 +76,50 @@ func (e *macroEnv) waitLocalPreferred(ctx context.Context) error {
 			}
 			return snap.Servers[i].Version == oldServerVersion, "preferred " + snap.Preferred + ", " + snap.Servers[i].Version
 		})
+}
+
+// readNodeLocalMemory records node-local skewgate's resident memory now that
+// the rounds are over.
+func (e *macroEnv) readNodeLocalMemory() error {
+	// A process that ended might have left its PID to another.
+	if exited, err := e.nodeLocal.Exited(); exited {
+		return fmt.Errorf("node-local skewgate ended before its memory was read: %w", err)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", e.nodeLocal.PID()))
+	if err != nil {
+		return fmt.Errorf("node-local skewgate's memory: %w", err)
+	}
+	f := &e.footprint
+	if f.VmRSS, f.RssAnon, f.RssFile, err = parseResidentMemory(status); err != nil {
+		return fmt.Errorf("node-local skewgate's memory: %w", err)
+	}
+	fmt.Fprintf(e.cfg.progress, "skewbench: node-local skewgate after the rounds: VmRSS %.1f MiB (RssAnon %.1f MiB, RssFile %.1f MiB)\n",
+		mib(f.VmRSS), mib(f.RssAnon), mib(f.RssFile))
+	return nil
+}
+
+func mib(bytes int64) float64 { return float64(bytes) / (1 << 20) }
+
+// parseResidentMemory reads VmRSS, RssAnon and RssFile, in bytes, from the
+// text of /proc/<pid>/status, which gives them in kB (KiB).
+func parseResidentMemory(status []byte) (vmRSS, rssAnon, rssFile int64, err error) {
+	missing := map[string]*int64{"VmRSS": &vmRSS, "RssAnon": &rssAnon, "RssFile": &rssFile}
+	for line := range strings.Lines(string(status)) {
+		key, value, _ := strings.Cut(line, ":")
+		dst, wanted := missing[key]
+		if !wanted {
+			continue
+		}
+		digits, ok := strings.CutSuffix(strings.TrimSpace(value), " kB")
+		kib, err := strconv.ParseInt(digits, 10, 64)
+		if !ok || err != nil || kib < 0 {
+			return 0, 0, 0, fmt.Errorf("%s %q: want a size in kB", key, strings.TrimSpace(value))
+		}
+		*dst = kib << 10
+		delete(missing, key)
+	}
+	if len(missing) > 0 {
+		return 0, 0, 0, fmt.Errorf("no %s in the process status", strings.Join(slices.Sorted(maps.Keys(missing)), ", "))
+	}
+	return vmRSS, rssAnon, rssFile, nil
 }

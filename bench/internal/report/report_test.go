@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/skewgate/skewgate/bench/internal/loadgen"
 )
@@ -257,6 +258,30 @@ func TestAddMacroComputesAddedLatencyAndRatiosPerRound(t *testing.T) {
 	}
 }
 
+func TestAddNodeLocalFootprintRecordsMemoryInMiBAndReadinessInSeconds(t *testing.T) {
+	var r Results
+	r.AddNodeLocalFootprint(NodeLocalFootprint{VmRSS: 48 << 20, RssAnon: 30 << 20, RssFile: 18 << 20,
+		ReadyCold: 2500 * time.Millisecond, ReadyWarm: 400 * time.Millisecond})
+	cases := []struct {
+		key, unit string
+		want      float64
+	}{
+		{FigureNodeLocalRSS, "MiB", 48},
+		{"nodelocal.memory.rssanon_mib", "MiB", 30},
+		{"nodelocal.memory.rssfile_mib", "MiB", 18},
+		{FigureNodeLocalReadyCold, "s", 2.5},
+		{FigureNodeLocalReadyWarm, "s", 0.4},
+	}
+	for _, c := range cases {
+		t.Run(c.key, func(t *testing.T) {
+			f, ok := r.Figure(c.key)
+			if !ok || f.Group != GroupMacro || f.Unit != c.unit || float64(f.Value) != c.want || len(f.Runs) != 1 {
+				t.Errorf("figure %+v (found %v); want %v %s from one measurement", f, ok, c.want, c.unit)
+			}
+		})
+	}
+}
+
 func TestAddMacroRejectsARoundMissingAPath(t *testing.T) {
 	round := macroRound(map[string]float64{}, map[string]float64{})
 	delete(round, PathMVPRerouted)
@@ -344,7 +369,7 @@ func TestEveryBudgetNamesAFigureTheHarnessProduces(t *testing.T) {
 	produced := map[string]bool{
 		FigureReroutedAddedP50: true, FigureReroutedRPS: true, FigureForwardAddedP50: true, FigureForwardRPS: true,
 		FigureAPIsRPS: true, FigurePluginRequestNs: true, FigureDecideNs: true, FigureDecideAllocs: true, FigureMerge: true,
-		FigureNodeLocalAddedP50: true,
+		FigureNodeLocalAddedP50: true, FigureNodeLocalRSS: true, FigureNodeLocalReadyWarm: true, FigureNodeLocalReadyCold: true,
 	}
 	for _, b := range Budgets {
 		if !produced[b.Figure] {
@@ -433,6 +458,7 @@ func sampleResults(t *testing.T) *Results {
 	if err := r.AddMacro([]Round{round, round}); err != nil {
 		t.Fatal(err)
 	}
+	r.AddNodeLocalFootprint(NodeLocalFootprint{VmRSS: 70 << 20, ReadyCold: 2 * time.Second, ReadyWarm: time.Second})
 	r.AddMicro(benchLines(t, map[string][]float64{"BenchmarkMergeAndETag/skewgate": {1, 2}, "BenchmarkMergeAndETag/upstream": {2, 2}},
 		[]string{"BenchmarkMergeAndETag/skewgate", "BenchmarkMergeAndETag/upstream"}))
 	return r
@@ -484,6 +510,8 @@ func TestMarkdownReportsBudgetsPathsFiguresAndBenchmarks(t *testing.T) {
 		"`merge.skewgate_over_upstream`", "| `BenchmarkMergeAndETag/skewgate` | 2 |",
 		"| `direct-local`: direct to the node's own server (v1.35.4) | 600 µs |", "250 µs over `direct-local`",
 		"node-local: skewgate's added p50 <= 1.1 x the plain reverse proxy's (both in front of the node's own server) | 1.25 | FAIL",
+		"resident memory (VmRSS) after the rounds <= 64 MiB | 70 | FAIL", "warm compilation cache | 1 | PASS",
+		"(`nodelocal.memory.vmrss_mib`) | 70 | MiB | 70 |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("Markdown lacks %q:\n%s", want, md)

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/skewgate/skewgate/bench/internal/loadgen"
 	"github.com/skewgate/skewgate/bench/internal/stats"
@@ -273,6 +274,30 @@ func (r *Results) AddMacro(rounds []Round) error {
 	return nil
 }
 
+// NodeLocalFootprint is what node-local skewgate costs its node besides
+// latency, measured once per harness run.
+type NodeLocalFootprint struct {
+	// VmRSS, RssAnon and RssFile are the process's resident memory after the
+	// rounds, from /proc/<pid>/status, in bytes.
+	VmRSS, RssAnon, RssFile int64
+	// ReadyCold and ReadyWarm are the times from starting the process to its
+	// first ready answer: with an empty compilation cache (the plugin is
+	// compiled) and with the cache that start filled.
+	ReadyCold, ReadyWarm time.Duration
+}
+
+// AddNodeLocalFootprint records the footprint as figures, each a single run.
+func (r *Results) AddNodeLocalFootprint(f NodeLocalFootprint) {
+	mib := func(bytes int64) []float64 { return []float64{float64(bytes) / (1 << 20)} }
+	r.addFigure(GroupMacro, FigureNodeLocalRSS, "node-local skewgate: resident memory (VmRSS) after the rounds", "MiB", mib(f.VmRSS))
+	r.addFigure(GroupMacro, "nodelocal.memory.rssanon_mib", "node-local skewgate: anonymous resident memory (RssAnon)", "MiB", mib(f.RssAnon))
+	r.addFigure(GroupMacro, "nodelocal.memory.rssfile_mib", "node-local skewgate: file-backed resident memory (RssFile)", "MiB", mib(f.RssFile))
+	r.addFigure(GroupMacro, FigureNodeLocalReadyCold, "node-local skewgate: start to ready, empty compilation cache", "s",
+		[]float64{f.ReadyCold.Seconds()})
+	r.addFigure(GroupMacro, FigureNodeLocalReadyWarm, "node-local skewgate: start to ready, warm compilation cache", "s",
+		[]float64{f.ReadyWarm.Seconds()})
+}
+
 // okValue is a latency figure of a run, NaN when the run had no successful
 // response (its percentiles then mean nothing).
 func okValue(res *loadgen.Result, v float64) float64 {
@@ -312,7 +337,10 @@ const (
 	FigureDecideAllocs     = "decide.max_allocs"
 	FigureMerge            = "merge.skewgate_over_upstream"
 
-	FigureNodeLocalAddedP50 = "nodelocal.added_p50.skewgate_over_plain"
+	FigureNodeLocalAddedP50  = "nodelocal.added_p50.skewgate_over_plain"
+	FigureNodeLocalRSS       = "nodelocal.memory.vmrss_mib"
+	FigureNodeLocalReadyWarm = "nodelocal.ready.warm_s"
+	FigureNodeLocalReadyCold = "nodelocal.ready.cold_s"
 )
 
 // Micro benchmark names the figures are derived from.
