@@ -56,6 +56,8 @@ type view struct {
 type serverColumn struct {
 	ID, Cluster, Version, Address string
 	Healthy                       bool
+	// Preferred marks the node's own server in node-local mode.
+	Preferred bool
 }
 
 // row is one API and, per server column, whether that server serves it.
@@ -91,7 +93,7 @@ func build(in Input) view {
 	gvResources := map[gvKey][]map[string]bool{}
 	gvrServed := map[gvrKey][]bool{}
 	for i, srv := range snap.Servers {
-		v.Servers = append(v.Servers, serverColumn{srv.ID, srv.Cluster, srv.Version, in.Addresses[srv.Cluster], srv.Healthy})
+		v.Servers = append(v.Servers, serverColumn{srv.ID, srv.Cluster, srv.Version, in.Addresses[srv.Cluster], srv.Healthy, srv.ID == snap.Preferred})
 		for _, list := range []discovery.GroupList{srv.Core, srv.APIs} {
 			for _, g := range list.Items {
 				for _, ver := range g.Versions {

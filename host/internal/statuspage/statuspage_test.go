@@ -66,3 +66,15 @@ func TestPageBeforeTheFirstSnapshotSaysSo(t *testing.T) {
 		t.Errorf("page:\n%s", page)
 	}
 }
+
+func TestPageMarksTheNodeLocalPreferredServer(t *testing.T) {
+	servers := discoverytest.SkewedControlPlane()
+	snap, err := discovery.ParseSnapshot(discoverytest.Prefer(discoverytest.SnapshotJSON(7, servers), servers[1].ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := render(t, Input{Snapshot: snap, AcceptedAt: time.Now(), Now: time.Now(), Ready: true})
+	if want := `<td class="mono">` + servers[1].ID + ` (local, preferred)</td>`; !strings.Contains(page, want) || strings.Count(page, "(local, preferred)") != 1 {
+		t.Errorf("page does not mark only %s as the preferred server", servers[1].ID)
+	}
+}
