@@ -159,13 +159,13 @@ func (o *clusterObjects) createOwnedConfigMaps(t *testing.T, namespace string) {
 
 // wronglyCollected runs the garbage collector of kube-controller-manager version, talking through
 // kubeconfig; once it collects, creates owners and their dependents, as a running cluster does; and
-// returns how many dependents it deleted although every owner exists, within gcObservation. With
-// untilHarm it stops counting harmSettling after the first wrong deletion.
-func wronglyCollected(t *testing.T, cluster *testcluster.Cluster, namespace, version, kubeconfig string, untilHarm bool) (deleted int, within time.Duration) {
+// returns how many dependents it deleted although every owner exists, within gcObservation, and the
+// controller manager, which runs until the test ends. With untilHarm it stops counting
+// harmSettling after the first wrong deletion.
+func wronglyCollected(t *testing.T, cluster *testcluster.Cluster, namespace, version, kubeconfig string, untilHarm bool) (deleted int, within time.Duration, m *testcluster.ControllerManager) {
 	t.Helper()
 	objects := newClusterObjects(cluster)
-	m := startControllerManager(t, cluster, "kcm-"+namespace, version, kubeconfig)
-	defer m.Stop()
+	m = startControllerManager(t, cluster, "kcm-"+namespace, version, kubeconfig)
 	waitCollecting(t, m)
 	objects.createOwnedConfigMaps(t, namespace)
 	start := time.Now()
@@ -180,10 +180,10 @@ func wronglyCollected(t *testing.T, cluster *testcluster.Cluster, namespace, ver
 		time.Sleep(time.Second)
 		if deleted = count(); untilHarm && deleted > 0 {
 			time.Sleep(harmSettling)
-			return count(), time.Since(start)
+			return count(), time.Since(start), m
 		}
 	}
-	return deleted, time.Since(start)
+	return deleted, time.Since(start), m
 }
 
 // requireGarbageCollected deletes every owner and waits until the garbage collector has deleted
@@ -251,7 +251,8 @@ func TestBaselineGarbageCollectorThroughRoundRobinDeletesDependentsOfLiveOwners(
 	rr := newRoundRobinProxy(t, cluster)
 	kubeconfig := componentKubeconfig(t, cluster, rr.URL, "", "")
 	for attempt := 1; attempt <= baselineAttempts; attempt++ {
-		deleted, within := wronglyCollected(t, cluster, fmt.Sprintf("gc-round-robin-%d", attempt), testcluster.KubeVersion136, kubeconfig, true)
+		deleted, within, m := wronglyCollected(t, cluster, fmt.Sprintf("gc-round-robin-%d", attempt), testcluster.KubeVersion136, kubeconfig, true)
+		m.Stop() // the next start must be the only controller manager
 		t.Logf("baseline, start %d of kube-controller-manager %s through a per-request round-robin proxy: deleted %d of %d dependents whose owners exist, within %s",
 			attempt, testcluster.KubeVersion136, deleted, ownedObjects, within.Round(time.Second))
 		if deleted > 0 {
@@ -282,7 +283,7 @@ func TestGarbageCollectorThroughSkewgateKeepsDependentsOfLiveOwners(t *testing.T
 	requireSkew(t, cluster)
 	t.Run("load balancer", func(t *testing.T) {
 		g := startSkewgate(t, cluster, gatewayConfig{})
-		deleted, within := wronglyCollected(t, cluster, "gc-skewgate-lb", testcluster.KubeVersion136, componentKubeconfig(t, cluster, g.URL, g.servingCAFile, ""), false)
+		deleted, within, _ := wronglyCollected(t, cluster, "gc-skewgate-lb", testcluster.KubeVersion136, componentKubeconfig(t, cluster, g.URL, g.servingCAFile, ""), false)
 		t.Logf("kube-controller-manager %s through skewgate (load balancer) deleted %d of %d dependents whose owners exist, within %s",
 			testcluster.KubeVersion136, deleted, ownedObjects, within.Round(time.Second))
 		if deleted != 0 {
@@ -294,7 +295,7 @@ func TestGarbageCollectorThroughSkewgateKeepsDependentsOfLiveOwners(t *testing.T
 		n := newKubeadmNode(t, cluster, skewedOld)
 		g := n.startNodeLocalSkewgate(t)
 		n.pointComponentsAt(t, g.gatewayPort(t))
-		deleted, within := wronglyCollected(t, cluster, "gc-skewgate-node-local", testcluster.KubeVersion135, n.kubeconfig("controller-manager.conf"), false)
+		deleted, within, _ := wronglyCollected(t, cluster, "gc-skewgate-node-local", testcluster.KubeVersion135, n.kubeconfig("controller-manager.conf"), false)
 		t.Logf("kube-controller-manager %s through node-local skewgate next to the %s server deleted %d of %d dependents whose owners exist, within %s",
 			testcluster.KubeVersion135, n.local.Version, deleted, ownedObjects, within.Round(time.Second))
 		if deleted != 0 {
