@@ -118,6 +118,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		return types.ActionContinue
 	}
 	d := h.cfg.Index.Decide(&req, h.plugin.picks)
+	if d.NoPeer {
+		h.plugin.metrics.noPeerForwarded.Increment(1)
+	}
 	switch d.Action {
 	case discovery.Route:
 		h.plugin.picks++
@@ -126,9 +129,6 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		return h.serveDocument(&d, in.method == "HEAD")
 	case discovery.Unavailable:
 		return h.unavailable(&d)
-	}
-	if d.NoPeer {
-		h.plugin.metrics.noPeerForwarded.Increment(1)
 	}
 	return types.ActionContinue
 }

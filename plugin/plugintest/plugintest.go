@@ -267,7 +267,12 @@ func nodeLocalSendsWhatThePreferredServerServesToItAndReroutesTheRest(t *testing
 			t.Errorf("%s: marked peer-proxied although the preferred server serves it", path)
 		}
 	}
-	res := p.Request("DELETE", "/apis/coordination.k8s.io/v1alpha2/namespaces/ns/leasecandidates/x")
+	// The local view of discovery is the local server's.
+	res := p.Request("GET", "/apis", [2]string{"accept", acceptV2NoPeer})
+	if cluster, _ := res.Header(RoutingHeader); cluster != "kube-a" || p.Counter("skewgate_nopeer_discovery_forwarded_total") != 1 {
+		t.Errorf("nopeer /apis routed to %q, counted %d times; want kube-a, once", cluster, p.Counter("skewgate_nopeer_discovery_forwarded_total"))
+	}
+	res = p.Request("DELETE", "/apis/coordination.k8s.io/v1alpha2/namespaces/ns/leasecandidates/x")
 	if cluster, _ := res.Header(RoutingHeader); cluster != "kube-c" {
 		t.Errorf("alpha API routed to %q; want kube-c, its only server", cluster)
 	}
