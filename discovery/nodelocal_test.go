@@ -10,11 +10,18 @@ import (
 // server (kube-a, index 0), which is the preferred server.
 func nodeLocalIndex(t testing.TB, mutate func([]discoverytest.Server)) *Index {
 	t.Helper()
+	return preferringIndex(t, 0, mutate)
+}
+
+// preferringIndex is the skewed control plane seen from the node of server
+// preferred.
+func preferringIndex(t testing.TB, preferred int, mutate func([]discoverytest.Server)) *Index {
+	t.Helper()
 	servers := discoverytest.SkewedControlPlane()
 	if mutate != nil {
 		mutate(servers)
 	}
-	snap, err := ParseSnapshot(discoverytest.Prefer(discoverytest.SnapshotJSON(1, servers), servers[0].ID))
+	snap, err := ParseSnapshot(discoverytest.Prefer(discoverytest.SnapshotJSON(1, servers), servers[preferred].ID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,8 +29,8 @@ func nodeLocalIndex(t testing.TB, mutate func([]discoverytest.Server)) *Index {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ix.Preferred() != 0 {
-		t.Fatalf("preferred server %d; want 0", ix.Preferred())
+	if ix.Preferred() != preferred {
+		t.Fatalf("preferred server %d; want %d", ix.Preferred(), preferred)
 	}
 	return ix
 }
@@ -86,15 +93,7 @@ func TestNodeLocalReroutesOnlyWhatThePreferredServerCannotServe(t *testing.T) {
 
 func TestNodeLocalPrefersTheLocalServerAmongCapableOnes(t *testing.T) {
 	// From the node of kube-c, which serves everything, nothing is re-routed.
-	servers := discoverytest.SkewedControlPlane()
-	snap, err := ParseSnapshot(discoverytest.Prefer(discoverytest.SnapshotJSON(1, servers), servers[2].ID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix, err := NewIndex(snap)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix := preferringIndex(t, 2, nil)
 	for _, path := range []string{"/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies", "/apis/coordination.k8s.io/v1alpha2/leasecandidates", "/api/v1/pods"} {
 		if d := ix.Decide(&Request{Method: "GET", Path: path}, 1); d.Action != Route || d.Server != 2 || d.Rerouted {
 			t.Errorf("%s: %+v; want Route to the preferred server 2, not re-routed", path, d)
