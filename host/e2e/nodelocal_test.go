@@ -107,15 +107,19 @@ func (n *kubeadmNode) applyRBAC(t *testing.T) {
 // real kubectl, for a skewgate on gatewayPort.
 func (n *kubeadmNode) pointComponentsAt(t *testing.T, gatewayPort int) {
 	t.Helper()
+	// The script runs `kubectl`: the pinned one, whatever else the machine has.
+	bin := t.TempDir()
+	if err := os.Symlink(n.kubectl, filepath.Join(bin, "kubectl")); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command("sh", pointComponentsScript)
 	cmd.Env = append(os.Environ(),
 		"KUBERNETES_DIR="+n.dir,
 		"SKEWGATE_PORT="+strconv.Itoa(gatewayPort),
-		"PATH="+filepath.Dir(n.kubectl)+string(os.PathListSeparator)+os.Getenv("PATH"))
+		"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", pointComponentsScript, err, out)
 	}
-	// kubectl is on PATH under its versioned cache name; the script must have used that one.
 	for _, conf := range []string{"controller-manager.conf", "scheduler.conf"} {
 		cfg, err := clientcmd.LoadFromFile(n.kubeconfig(conf))
 		if err != nil {
