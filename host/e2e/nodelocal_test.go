@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -247,21 +246,11 @@ func (g *skewgate) gatewayPort(t *testing.T) int {
 // residentMemory is the gateway process's resident set size (VmRSS) in bytes.
 func (g *skewgate) residentMemory(t *testing.T) int64 {
 	t.Helper()
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.proc.PID()))
+	m, err := g.proc.ResidentMemory()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kib, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				t.Fatalf("VmRSS %q: %v", rest, err)
-			}
-			return kib << 10
-		}
-	}
-	t.Fatal("no VmRSS in /proc status")
-	return 0
+	return m.VmRSS
 }
 
 // The manifests are what a user applies; the API server must accept them as they are.

@@ -230,28 +230,6 @@ func TestEveryMacroPathHasATarget(t *testing.T) {
 	}
 }
 
-func TestParseResidentMemory(t *testing.T) {
-	status := "Name:\tskewgate\nVmPeak:\t 1300000 kB\nVmRSS:\t   49152 kB\nRssAnon:\t   30720 kB\n" +
-		"RssFile:\t   18432 kB\nRssShmem:\t       0 kB\nThreads:\t8\n"
-	vmRSS, rssAnon, rssFile, err := parseResidentMemory([]byte(status))
-	if err != nil || vmRSS != 48<<20 || rssAnon != 30<<20 || rssFile != 18<<20 {
-		t.Errorf("parseResidentMemory = %d, %d, %d, %v; want 48, 30 and 18 MiB", vmRSS, rssAnon, rssFile, err)
-	}
-	cases := []struct{ name, status, want string }{
-		{"no RssFile", "VmRSS:\t 10 kB\nRssAnon:\t 5 kB\n", "no RssFile"},
-		{"no memory fields", "Name:\tx\n", "no RssAnon, RssFile, VmRSS"},
-		{"not a number", "VmRSS:\t lots kB\nRssAnon:\t 5 kB\nRssFile:\t 5 kB\n", "VmRSS"},
-		{"another unit", "VmRSS:\t 10 MB\nRssAnon:\t 5 kB\nRssFile:\t 5 kB\n", "VmRSS"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			if _, _, _, err := parseResidentMemory([]byte(c.status)); err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("parseResidentMemory = %v; want an error naming %q", err, c.want)
-			}
-		})
-	}
-}
-
 func TestCPUModel(t *testing.T) {
 	info := []byte("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\nflags\t: fpu\n\nprocessor\t: 1\nmodel name\t: AMD EPYC 7B13\n")
 	if got := cpuModel(info); got != "AMD EPYC 7B13" {

@@ -3,13 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/skewgate/skewgate/discovery"
 )
@@ -81,45 +78,15 @@ func (e *macroEnv) waitLocalPreferred(ctx context.Context) error {
 // readNodeLocalMemory records node-local skewgate's resident memory now that
 // the rounds are over.
 func (e *macroEnv) readNodeLocalMemory() error {
-	// A process that ended might have left its PID to another.
-	if exited, err := e.nodeLocal.Exited(); exited {
-		return fmt.Errorf("node-local skewgate ended before its memory was read: %w", err)
-	}
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", e.nodeLocal.PID()))
+	m, err := e.nodeLocal.ResidentMemory()
 	if err != nil {
 		return fmt.Errorf("node-local skewgate's memory: %w", err)
 	}
 	f := &e.footprint
-	if f.VmRSS, f.RssAnon, f.RssFile, err = parseResidentMemory(status); err != nil {
-		return fmt.Errorf("node-local skewgate's memory: %w", err)
-	}
+	f.VmRSS, f.RssAnon, f.RssFile = m.VmRSS, m.RssAnon, m.RssFile
 	fmt.Fprintf(e.cfg.progress, "skewbench: node-local skewgate after the rounds: VmRSS %.1f MiB (RssAnon %.1f MiB, RssFile %.1f MiB)\n",
 		mib(f.VmRSS), mib(f.RssAnon), mib(f.RssFile))
 	return nil
 }
 
 func mib(bytes int64) float64 { return float64(bytes) / (1 << 20) }
-
-// parseResidentMemory reads VmRSS, RssAnon and RssFile, in bytes, from the
-// text of /proc/<pid>/status, which gives them in kB (KiB).
-func parseResidentMemory(status []byte) (vmRSS, rssAnon, rssFile int64, err error) {
-	missing := map[string]*int64{"VmRSS": &vmRSS, "RssAnon": &rssAnon, "RssFile": &rssFile}
-	for line := range strings.Lines(string(status)) {
-		key, value, _ := strings.Cut(line, ":")
-		dst, wanted := missing[key]
-		if !wanted {
-			continue
-		}
-		digits, ok := strings.CutSuffix(strings.TrimSpace(value), " kB")
-		kib, err := strconv.ParseInt(digits, 10, 64)
-		if !ok || err != nil || kib < 0 {
-			return 0, 0, 0, fmt.Errorf("%s %q: want a size in kB", key, strings.TrimSpace(value))
-		}
-		*dst = kib << 10
-		delete(missing, key)
-	}
-	if len(missing) > 0 {
-		return 0, 0, 0, fmt.Errorf("no %s in the process status", strings.Join(slices.Sorted(maps.Keys(missing)), ", "))
-	}
-	return vmRSS, rssAnon, rssFile, nil
-}
