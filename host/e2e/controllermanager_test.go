@@ -38,6 +38,8 @@ const (
 	gcObservation = 40 * time.Second
 	// harmSettling is how long the baseline keeps counting after its first wrong deletion.
 	harmSettling = 5 * time.Second
+	// controllerManagerStopGrace is how long a stopped controller manager may take to exit.
+	controllerManagerStopGrace = 10 * time.Second
 	// collectTimeout bounds the garbage collection of dependents whose owners were deleted, and
 	// the deletion of a namespace.
 	collectTimeout = 2 * time.Minute
@@ -48,14 +50,14 @@ var leaseCandidates = schema.GroupVersionResource{Group: "coordination.k8s.io", 
 
 // startControllerManager runs kube-controller-manager with kubeconfig until the test ends, and
 // prints its log tail if the test failed.
-func startControllerManager(t *testing.T, cluster *testcluster.Cluster, name, version, kubeconfig string) *testcluster.ControllerManager {
+func startControllerManager(t *testing.T, cluster *testcluster.Cluster, name, version, kubeconfig string) *testcluster.Process {
 	t.Helper()
 	m, err := cluster.StartControllerManager(context.Background(), testcluster.ControllerManagerSpec{Name: name, Version: version, Kubeconfig: kubeconfig})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		m.Stop()
+		m.Stop(controllerManagerStopGrace)
 		if t.Failed() {
 			t.Logf("last lines of the %s log:\n%s", name, m.LogTail(60))
 		}
@@ -64,7 +66,7 @@ func startControllerManager(t *testing.T, cluster *testcluster.Cluster, name, ve
 }
 
 // waitCollecting waits until the garbage collector has started collecting.
-func waitCollecting(t *testing.T, m *testcluster.ControllerManager) {
+func waitCollecting(t *testing.T, m *testcluster.Process) {
 	t.Helper()
 	eventually(t, "the garbage collector collecting", gcCollectingTimeout, 200*time.Millisecond, func() error {
 		if exited, err := m.Exited(); exited {
@@ -162,7 +164,7 @@ func (o *clusterObjects) createOwnedConfigMaps(t *testing.T, namespace string) {
 // returns how many dependents it deleted although every owner exists, within gcObservation, and the
 // controller manager, which runs until the test ends. With untilHarm it stops counting
 // harmSettling after the first wrong deletion.
-func wronglyCollected(t *testing.T, cluster *testcluster.Cluster, namespace, version, kubeconfig string, untilHarm bool) (deleted int, within time.Duration, m *testcluster.ControllerManager) {
+func wronglyCollected(t *testing.T, cluster *testcluster.Cluster, namespace, version, kubeconfig string, untilHarm bool) (deleted int, within time.Duration, m *testcluster.Process) {
 	t.Helper()
 	objects := newClusterObjects(cluster)
 	m = startControllerManager(t, cluster, "kcm-"+namespace, version, kubeconfig)
@@ -252,7 +254,7 @@ func TestBaselineGarbageCollectorThroughRoundRobinDeletesDependentsOfLiveOwners(
 	kubeconfig := componentKubeconfig(t, cluster, rr.URL, "", "")
 	for attempt := 1; attempt <= baselineAttempts; attempt++ {
 		deleted, within, m := wronglyCollected(t, cluster, fmt.Sprintf("gc-round-robin-%d", attempt), testcluster.KubeVersion136, kubeconfig, true)
-		m.Stop() // the next start must be the only controller manager
+		m.Stop(controllerManagerStopGrace) // the next start must be the only controller manager
 		t.Logf("baseline, start %d of kube-controller-manager %s through a per-request round-robin proxy: deleted %d of %d dependents whose owners exist, within %s",
 			attempt, testcluster.KubeVersion136, deleted, ownedObjects, within.Round(time.Second))
 		if deleted > 0 {

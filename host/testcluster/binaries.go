@@ -63,18 +63,10 @@ type recipe struct {
 
 func recipeFor(c Component) (recipe, error) {
 	switch c {
-	case KubeAPIServer:
+	case KubeAPIServer, KubeControllerManager:
 		return recipe{
 			module:      "k8s.io/kubernetes",
-			mainPackage: "k8s.io/kubernetes/cmd/kube-apiserver",
-			versionArgs: []string{"--version"},
-			versionText: func(v string) string { return "Kubernetes " + v + "\n" },
-			kubernetes:  true,
-		}, nil
-	case KubeControllerManager:
-		return recipe{
-			module:      "k8s.io/kubernetes",
-			mainPackage: "k8s.io/kubernetes/cmd/kube-controller-manager",
+			mainPackage: "k8s.io/kubernetes/cmd/" + string(c),
 			versionArgs: []string{"--version"},
 			versionText: func(v string) string { return "Kubernetes " + v + "\n" },
 			kubernetes:  true,

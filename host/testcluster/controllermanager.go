@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"time"
 )
 
 // ControllerManagerUser is the identity kube-controller-manager authenticates as with its client
@@ -29,17 +28,12 @@ type ControllerManagerSpec struct {
 	Controllers []string
 }
 
-// ControllerManager is a running kube-controller-manager.
-type ControllerManager struct {
-	proc *Process
-}
-
 // StartControllerManager runs kube-controller-manager as kubeadm configures it where it matters
 // here: a kubeconfig with its own client certificate, one service-account credential per
 // controller, and the cluster's service CIDR; without leader election or a serving port, since
 // tests run one at a time. It returns once the process is running; callers wait for what they
 // need from it.
-func (c *Cluster) StartControllerManager(ctx context.Context, spec ControllerManagerSpec) (*ControllerManager, error) {
+func (c *Cluster) StartControllerManager(ctx context.Context, spec ControllerManagerSpec) (*Process, error) {
 	if !hostnamePattern.MatchString(spec.Name) {
 		return nil, fmt.Errorf("controller manager name %q is not a DNS label", spec.Name)
 	}
@@ -60,22 +54,10 @@ func (c *Cluster) StartControllerManager(ctx context.Context, spec ControllerMan
 		"--secure-port=0",
 		"--v=2",
 	}
-	m := &ControllerManager{}
-	if m.proc, err = StartProcess(spec.Name, filepath.Join(c.dir, spec.Name+".log"), argv); err != nil {
+	proc, err := StartProcess(spec.Name, filepath.Join(c.dir, spec.Name+".log"), argv)
+	if err != nil {
 		return nil, err
 	}
 	c.log.Logf("kube-controller-manager %s %s started with %s", spec.Name, spec.Version, spec.Kubeconfig)
-	return m, nil
+	return proc, nil
 }
-
-// Stop ends the controller manager (SIGTERM, then SIGKILL after a grace period).
-func (m *ControllerManager) Stop() { m.proc.Stop(10 * time.Second) }
-
-// Exited reports whether the process has ended, and how.
-func (m *ControllerManager) Exited() (bool, error) { return m.proc.Exited() }
-
-// LogContains reports whether the controller manager's log contains s.
-func (m *ControllerManager) LogContains(s string) bool { return m.proc.LogContains(s) }
-
-// LogTail returns the last n lines of its log.
-func (m *ControllerManager) LogTail(n int) string { return m.proc.LogTail(n) }
