@@ -296,7 +296,7 @@ func TestGarbageCollectorThroughSkewgateKeepsDependentsOfLiveOwners(t *testing.T
 	t.Run("node-local next to the old server", func(t *testing.T) {
 		n := newKubeadmNode(t, cluster, skewedOld)
 		g := n.startNodeLocalSkewgate(t)
-		n.pointComponentsAt(t, g.gatewayPort(t))
+		n.pointComponentsAt(t, g.port)
 		deleted, within, _ := wronglyCollected(t, cluster, "gc-skewgate-node-local", testcluster.KubeVersion135, n.kubeconfig("controller-manager.conf"), false)
 		t.Logf("kube-controller-manager %s through node-local skewgate next to the %s server deleted %d of %d dependents whose owners exist, within %s",
 			testcluster.KubeVersion135, n.local.Version, deleted, ownedObjects, within.Round(time.Second))
@@ -313,7 +313,7 @@ func TestNamespaceDeletionThroughNodeLocalSkewgateLeavesNothingBehind(t *testing
 	requireSkew(t, cluster)
 	n := newKubeadmNode(t, cluster, skewedOld)
 	g := n.startNodeLocalSkewgate(t)
-	n.pointComponentsAt(t, g.gatewayPort(t))
+	n.pointComponentsAt(t, g.port)
 	configMaps, leftovers := namespaceLeftovers(t, cluster, "ns-skewgate-node-local", testcluster.KubeVersion135, n.kubeconfig("controller-manager.conf"))
 	if configMaps != 0 || leftovers != 0 {
 		t.Fatalf("left in storage: %d ConfigMaps, %d LeaseCandidates; want none", configMaps, leftovers)
@@ -324,7 +324,7 @@ func TestControllerManagerKeepsItsOwnIdentityThroughNodeLocalSkewgate(t *testing
 	cluster := sharedSkewed.get(t)
 	n := newKubeadmNode(t, cluster, skewedOld)
 	g := n.startNodeLocalSkewgate(t)
-	n.pointComponentsAt(t, g.gatewayPort(t))
+	n.pointComponentsAt(t, g.port)
 	for _, c := range []struct{ conf, user string }{
 		{"controller-manager.conf", testcluster.ControllerManagerUser},
 		{"scheduler.conf", "system:kube-scheduler"},

@@ -232,17 +232,6 @@ func (n *kubeadmNode) startNodeLocalSkewgate(t *testing.T) *skewgate {
 	return g
 }
 
-// gatewayPort is the port of the gateway's URL.
-func (g *skewgate) gatewayPort(t *testing.T) int {
-	t.Helper()
-	_, port, _ := strings.Cut(strings.TrimPrefix(g.URL, "https://"), ":")
-	p, err := strconv.Atoi(port)
-	if err != nil {
-		t.Fatalf("gateway URL %s: %v", g.URL, err)
-	}
-	return p
-}
-
 // residentMemory is the gateway process's resident set size (VmRSS) in bytes.
 func (g *skewgate) residentMemory(t *testing.T) int64 {
 	t.Helper()

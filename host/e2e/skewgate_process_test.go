@@ -51,6 +51,7 @@ type gatewayConfig struct {
 type skewgate struct {
 	// URL is the gateway, https://127.0.0.1:<port>; metricsURL its plain-HTTP operator listener.
 	URL, metricsURL string
+	port            int
 	// ca signs the gateway's serving certificate; servingCAFile holds it for kubeconfigs.
 	ca            *devpki.CA
 	servingCAFile string
@@ -135,6 +136,7 @@ func (g *skewgate) launch(t *testing.T, argv func(gatewayPort, metricsPort int) 
 		if err != nil {
 			t.Fatal(err)
 		}
+		g.port = ports[0]
 		g.URL = "https://127.0.0.1:" + strconv.Itoa(ports[0])
 		g.metricsURL = "http://127.0.0.1:" + strconv.Itoa(ports[1])
 		g.started = time.Now()

@@ -72,15 +72,19 @@ func (c *Cluster) writeKubeconfigs() error {
 			cfg.Contexts = append(cfg.Contexts, ctx)
 		}
 		cfg.CurrentContext = c.servers[0].info.Name
-		data, err := json.MarshalIndent(cfg, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(path, append(data, '\n'), 0o600); err != nil {
+		if err := writeKubeconfig(path, cfg); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func writeKubeconfig(path string, cfg kubeconfigFile) error {
+	data, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o600)
 }
 
 // WriteComponentKubeconfig writes a kubeconfig shaped like the ones kubeadm writes for the
@@ -105,11 +109,6 @@ func (c *Cluster) WriteComponentKubeconfig(path, user, server, caFile, tlsServer
 	var ctx kubeconfigContext
 	ctx.Name = user + "@kubernetes"
 	ctx.Context.Cluster, ctx.Context.User = cl.Name, user
-	cfg := kubeconfigFile{APIVersion: "v1", Kind: "Config", Clusters: []kubeconfigCluster{cl}, Users: []kubeconfigUser{u},
-		Contexts: []kubeconfigContext{ctx}, CurrentContext: ctx.Name}
-	data, err := json.MarshalIndent(cfg, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(data, '\n'), 0o600)
+	return writeKubeconfig(path, kubeconfigFile{APIVersion: "v1", Kind: "Config", Clusters: []kubeconfigCluster{cl},
+		Users: []kubeconfigUser{u}, Contexts: []kubeconfigContext{ctx}, CurrentContext: ctx.Name})
 }
