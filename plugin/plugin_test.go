@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -63,7 +64,7 @@ func (h proxytestHarness) Start(t *testing.T, opts plugintest.StartOptions) (plu
 	}
 	host, reset := proxytest.NewHostEmulator(opt)
 	t.Cleanup(reset)
-	p := &proxytestPlugin{t: t, host: host}
+	p := &proxytestPlugin{t: t, host: host, calls: opts.HTTPCalls}
 	// proxytest cannot return an empty result (it indexes the first byte);
 	// Envoy's clear_route_cache returns nothing and the plugin ignores it.
 	host.RegisterForeignFunction("clear_route_cache", func([]byte) []byte { p.clears++; return []byte{0} })
@@ -79,19 +80,46 @@ func (h proxytestHarness) Start(t *testing.T, opts plugintest.StartOptions) (plu
 type proxytestPlugin struct {
 	t      *testing.T
 	host   proxytest.HostEmulator
+	calls  func(plugintest.HTTPCall) plugintest.HTTPCallResponse
 	clears int
 }
 
 func (p *proxytestPlugin) Request(method, path string, headers ...[2]string) plugintest.Result {
 	id := p.host.InitializeHttpContext()
 	all := append([][2]string{{":method", method}, {":path", path}, {":authority", "kube.example"}}, headers...)
-	action := p.host.CallOnRequestHeaders(id, all, true)
-	res := plugintest.Result{Forwarded: action == types.ActionContinue, Headers: p.host.GetCurrentRequestHeaders(id)}
+	p.host.CallOnRequestHeaders(id, all, true)
+	var res plugintest.Result
+	// The emulator lists every call a context made; answering one may make
+	// the plugin dispatch another.
+	for callouts := p.host.GetCalloutAttributesFromContext(id); len(res.HTTPCalls) < len(callouts); callouts = p.host.GetCalloutAttributesFromContext(id) {
+		c := callouts[len(res.HTTPCalls)]
+		call := plugintest.HTTPCall{Cluster: c.Upstream, Headers: c.Headers, Body: c.Body}
+		res.HTTPCalls = append(res.HTTPCalls, call)
+		p.answer(c.CalloutID, call)
+	}
+	res.Forwarded = p.host.GetCurrentHttpStreamAction(id) == types.ActionContinue
+	res.Headers = p.host.GetCurrentRequestHeaders(id)
 	if l := p.host.GetSentLocalResponse(id); l != nil {
 		res.Local = &plugintest.LocalResponse{Status: l.StatusCode, Headers: l.Headers, Body: l.Data}
 	}
 	p.host.CompleteHttpContext(id)
 	return res
+}
+
+// answer delivers the test's response to one call; a failed call reaches the
+// plugin with no headers and no body, as Envoy reports it.
+func (p *proxytestPlugin) answer(calloutID uint32, call plugintest.HTTPCall) {
+	if p.calls == nil {
+		p.host.CallOnHttpCallResponse(calloutID, nil, nil, nil)
+		return
+	}
+	r := p.calls(call)
+	if r.Failed {
+		p.host.CallOnHttpCallResponse(calloutID, nil, nil, nil)
+		return
+	}
+	headers := append([][2]string{{":status", strconv.Itoa(r.Status)}}, r.Headers...)
+	p.host.CallOnHttpCallResponse(calloutID, headers, nil, r.Body)
 }
 
 func (p *proxytestPlugin) Counter(name string) uint64 {

@@ -48,6 +48,54 @@ type StartOptions struct {
 	// SubjectPeerCertificate, when set, is the connection.subject_peer_certificate
 	// property of every request (a client certificate the gateway verified).
 	SubjectPeerCertificate string
+	// HTTPCalls answers the plugin's proxy_http_call requests, one call at a
+	// time, while the stream that made the call waits. Nil answers every call
+	// as failed (no response), which is what a host without upstreams gives.
+	HTTPCalls func(HTTPCall) HTTPCallResponse
+}
+
+// HTTPCall is one proxy_http_call the plugin made.
+type HTTPCall struct {
+	// Cluster is the upstream the call names.
+	Cluster string
+	// Headers are the call's headers as the plugin passed them, pseudo-headers
+	// (:method, :path, :authority) included, one pair per value.
+	Headers [][2]string
+	Body    []byte
+}
+
+// HTTPCallResponse is the answer a test gives to an HTTPCall.
+type HTTPCallResponse struct {
+	// Status becomes the response's :status pseudo-header.
+	Status int
+	// Headers are the response headers after :status, lower-case names.
+	Headers [][2]string
+	Body    []byte
+	// Failed reports that no response arrived (connection failure, reset,
+	// timeout): the host then calls back with no headers and no body, as
+	// Envoy does; Status, Headers and Body are ignored.
+	Failed bool
+}
+
+// Header returns the first value of a header of the call.
+func (c HTTPCall) Header(name string) string {
+	for _, kv := range c.Headers {
+		if kv[0] == name {
+			return kv[1]
+		}
+	}
+	return ""
+}
+
+// Values returns every value of a header of the call.
+func (c HTTPCall) Values(name string) []string {
+	var out []string
+	for _, kv := range c.Headers {
+		if kv[0] == name {
+			out = append(out, kv[1])
+		}
+	}
+	return out
 }
 
 // Plugin is one configured plugin.
@@ -74,6 +122,12 @@ type Result struct {
 	Headers   [][2]string
 	// Local is the plugin's local response, nil if none.
 	Local *LocalResponse
+	// HTTPCalls are the calls the plugin made for this request, in order.
+	HTTPCalls []HTTPCall
+	// HeaderCalls counts the plugin's request-header host calls for this
+	// request by ABI function name ("proxy_set_header_map_pairs",
+	// "proxy_remove_header_map_value", ...); nil on hosts that cannot count.
+	HeaderCalls map[string]int
 }
 
 // LocalResponse is a reply the plugin sent itself.
