@@ -360,8 +360,14 @@ func checkHTTPConnectionManager(hcm *hcmv3.HttpConnectionManager, ecdsWasm *wasm
 	if hcm.GetForwardClientCertDetails() != hcmv3.HttpConnectionManager_SANITIZE {
 		return pluginConfigDoc{}, fmt.Errorf("forward_client_cert_details %s, want SANITIZE", hcm.GetForwardClientCertDetails())
 	}
-	if !hcm.GetUseRemoteAddress().GetValue() {
-		return pluginConfigDoc{}, errors.New("use_remote_address must be set at the edge")
+	if !hcm.GetUseRemoteAddress().GetValue() || hcm.GetXffNumTrustedHops() != 0 || hcm.GetSkipXffAppend() {
+		return pluginConfigDoc{}, errors.New("use_remote_address must be set at the edge, trusting no client X-Forwarded-For hop and appending the peer")
+	}
+	if got := hcm.GetMaxRequestHeadersKb().GetValue(); got != maxRequestHeadersKB {
+		return pluginConfigDoc{}, fmt.Errorf("max_request_headers_kb %d, want %d", got, maxRequestHeadersKB)
+	}
+	if got := hcm.GetCommonHttpProtocolOptions().GetMaxHeadersCount().GetValue(); got != maxRequestHeaders {
+		return pluginConfigDoc{}, fmt.Errorf("common_http_protocol_options.max_headers_count %d, want %d", got, maxRequestHeaders)
 	}
 	var upgrades []string
 	for _, u := range hcm.GetUpgradeConfigs() {
@@ -418,8 +424,9 @@ func checkConfigDiscovery(d *corev3.ExtensionConfigSource) error {
 	return nil
 }
 
-// checkEarlyRemovals requires that a client's copy of the routing header is
-// removed before routing.
+// checkEarlyRemovals requires that a client's copies of the routing header
+// and of the client-address headers other than X-Forwarded-For are removed
+// before routing.
 func checkEarlyRemovals(hcm *hcmv3.HttpConnectionManager, routingHeader string) error {
 	var removed []string
 	for _, ext := range hcm.GetEarlyHeaderMutationExtensions() {
@@ -434,8 +441,10 @@ func checkEarlyRemovals(hcm *hcmv3.HttpConnectionManager, routingHeader string) 
 			removed = append(removed, mut.GetRemove())
 		}
 	}
-	if !slices.Contains(removed, routingHeader) {
-		return fmt.Errorf("early removals %q must cover the routing header %q", removed, routingHeader)
+	for _, h := range []string{routingHeader, "x-real-ip", "forwarded"} {
+		if !slices.Contains(removed, h) {
+			return fmt.Errorf("early removals %q must cover %q", removed, h)
+		}
 	}
 	return nil
 }

@@ -27,6 +27,10 @@ const (
 	routeConfigName          = "apiserver"
 	hcmStatPrefix            = "apiserver"
 	unlimitedCircuitBreaking = 1000000
+
+	// Request header bounds, Envoy's defaults.
+	maxRequestHeadersKB = uint32(60)
+	maxRequestHeaders   = uint32(100)
 )
 
 // Render returns the complete static Envoy bootstrap for spec, with the plugin
@@ -181,24 +185,40 @@ func (s *Spec) httpConnectionManager(pluginFilter object) object {
 		{"codec_type", "AUTO"},
 		// Envoy is the edge: the peer address is the client. With no
 		// internal_address_config no client is internal (Envoy >= 1.33), so
-		// none can set x-envoy-* control headers.
+		// none can set x-envoy-* control headers. xff_num_trusted_hops stays
+		// 0: no address a client put in X-Forwarded-For is trusted, and Envoy
+		// appends the peer, so the source IPs kube-apiserver audits always
+		// include the real client after whatever the client claimed.
 		{"use_remote_address", true},
 		{"forward_client_cert_details", "SANITIZE"},
 		// The plugin and the API servers must see the same path.
 		{"normalize_path", true},
 		{"request_headers_timeout", "10s"},
+		// Envoy's defaults, stated so the bound is explicit and equal to the
+		// standalone gateway's: larger or more request headers are refused
+		// (431, or a stream reset for too many headers over HTTP/2) before
+		// any filter runs.
+		{"max_request_headers_kb", maxRequestHeadersKB},
+		{"common_http_protocol_options", object{{"max_headers_count", maxRequestHeaders}}},
 		// kube-apiserver allows 1000 streams per HTTP/2 connection; clients
 		// multiplex many watches over one connection.
 		{"http2_protocol_options", object{{"max_concurrent_streams", uint32(1000)}}},
-		// A client's copy of the routing header is removed before the first
-		// route match and before any filter runs, even if a pushed plugin
-		// configuration names another header. (The plugin itself strips all
-		// X-Remote-* identity headers; removal by prefix would need Envoy 1.36.)
+		// Removed before the first route match and before any filter runs:
+		// a client's copy of the routing header, even if a pushed plugin
+		// configuration names another header, and the client-address headers
+		// other than X-Forwarded-For, which kube-apiserver would record as
+		// source IPs (X-Real-Ip) or nobody here vouches for (Forwarded). (The
+		// plugin itself strips all X-Remote-* identity headers; removal by
+		// prefix would need Envoy 1.36.)
 		{"early_header_mutation_extensions", list{object{
 			{"name", "envoy.http.early_header_mutation.header_mutation"},
 			{"typed_config", object{
 				{"@type", earlyHeaderMutationURL},
-				{"mutations", list{object{{"remove", s.RoutingHeader}}}},
+				{"mutations", list{
+					object{{"remove", s.RoutingHeader}},
+					object{{"remove", "x-real-ip"}},
+					object{{"remove", "forwarded"}},
+				}},
 			}},
 		}}},
 		// exec, attach and port-forward: WebSocket (current clients) and SPDY.

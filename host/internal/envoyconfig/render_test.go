@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -428,6 +429,22 @@ func TestValidatorRejectsBrokenBootstraps(t *testing.T) {
 			hcmOf(d)["upgrade_configs"] = []any{map[string]any{"upgrade_type": "spdy/3.1"}}
 		}, want: "websocket"},
 		{name: "client routing header reaches routing", edit: func(d map[string]any) { delete(hcmOf(d), "early_header_mutation_extensions") }, want: "early removals"},
+		{name: "client X-Real-Ip reaches the API servers", edit: func(d map[string]any) {
+			mutations := dig(hcmOf(d), "early_header_mutation_extensions", 0, "typed_config").(map[string]any)
+			mutations["mutations"] = slices.DeleteFunc(mutations["mutations"].([]any), func(m any) bool { return asMap(m)["remove"] == "x-real-ip" })
+		}, want: `"x-real-ip"`},
+		{name: "client Forwarded reaches the API servers", edit: func(d map[string]any) {
+			mutations := dig(hcmOf(d), "early_header_mutation_extensions", 0, "typed_config").(map[string]any)
+			mutations["mutations"] = slices.DeleteFunc(mutations["mutations"].([]any), func(m any) bool { return asMap(m)["remove"] == "forwarded" })
+		}, want: `"forwarded"`},
+		{name: "a client X-Forwarded-For hop trusted", edit: func(d map[string]any) { hcmOf(d)["xff_num_trusted_hops"] = 1 }, want: "X-Forwarded-For"},
+		{name: "peer not appended to X-Forwarded-For", edit: func(d map[string]any) { hcmOf(d)["skip_xff_append"] = true }, want: "X-Forwarded-For"},
+		{name: "request header size left to the runtime", edit: func(d map[string]any) { delete(hcmOf(d), "max_request_headers_kb") }, want: "max_request_headers_kb"},
+		{name: "request header size raised", edit: func(d map[string]any) { hcmOf(d)["max_request_headers_kb"] = 8192 }, want: "max_request_headers_kb"},
+		{name: "request header count left to the runtime", edit: func(d map[string]any) { delete(hcmOf(d), "common_http_protocol_options") }, want: "max_headers_count"},
+		{name: "request header count raised", edit: func(d map[string]any) {
+			asMap(hcmOf(d)["common_http_protocol_options"])["max_headers_count"] = 30000
+		}, want: "max_headers_count"},
 		{name: "plugin writes another header", edit: func(d map[string]any) {
 			editPluginConfig(t, d, func(p map[string]any) { p["routingHeader"] = "x-other" })
 		}, want: "x-other"},
