@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -57,6 +58,13 @@ type ServerSpec struct {
 	// MVP enables the mixed version proxy: --peer-ca-file, --peer-advertise-ip/port and the gates
 	// it depends on (required explicitly before 1.36, where the proxy gate is alpha).
 	MVP bool
+	// ShutdownDelay is --shutdown-delay-duration: after SIGTERM the server reports not ready but
+	// keeps serving this long, so that load balancers move away first, as managed control planes
+	// run it.
+	ShutdownDelay time.Duration
+	// ShutdownSendRetryAfter is --shutdown-send-retry-after: while the server drains, requests it
+	// receives are answered 429 with Retry-After instead of being served.
+	ShutdownSendRetryAfter bool
 	// ExtraArgs are appended to the kube-apiserver command line.
 	ExtraArgs []string
 }
@@ -66,6 +74,13 @@ type Spec struct {
 	Servers []ServerSpec
 	// StartTimeout bounds the wait for each server; zero means DefaultStartTimeout.
 	StartTimeout time.Duration
+	// OneCA makes the cluster CA also the request-header CA, as several installers do: the
+	// front-proxy client certificate is then also a client certificate every server accepts on its
+	// own, as user FrontProxyClientName.
+	OneCA bool
+	// AuditPolicy, when set, is an audit.k8s.io/v1 Policy (YAML) every server logs by, each to its
+	// own file (Cluster.AuditLog).
+	AuditPolicy string
 }
 
 // Server is a snapshot of one running (or stopped) kube-apiserver.
@@ -101,6 +116,9 @@ type Cluster struct {
 
 	etcd    *Process
 	etcdURL string
+
+	// auditPolicyFile is empty when the servers keep no audit log.
+	auditPolicyFile string
 
 	adminKubeconfig, tokenKubeconfig string
 
@@ -185,8 +203,14 @@ func Start(ctx context.Context, log Logger, spec Spec) (_ *Cluster, err error) {
 	if err := os.Mkdir(pkiDir, 0o700); err != nil {
 		return nil, err
 	}
-	if c.pki, err = newPKI(pkiDir); err != nil {
+	if c.pki, err = newPKI(pkiDir, spec.OneCA); err != nil {
 		return nil, err
+	}
+	if spec.AuditPolicy != "" {
+		c.auditPolicyFile = filepath.Join(dir, "audit-policy.yaml")
+		if err := os.WriteFile(c.auditPolicyFile, []byte(spec.AuditPolicy), 0o600); err != nil {
+			return nil, err
+		}
 	}
 	if c.etcd, c.etcdURL, err = startEtcd(ctx, log, etcdBinary, dir, spec.StartTimeout); err != nil {
 		return nil, err
@@ -320,8 +344,25 @@ func (c *Cluster) apiserverArgs(s *apiServer) []string {
 	if len(s.spec.RuntimeConfig) > 0 {
 		args = append(args, "--runtime-config="+strings.Join(s.spec.RuntimeConfig, ","))
 	}
+	if s.spec.ShutdownDelay > 0 {
+		args = append(args, "--shutdown-delay-duration="+s.spec.ShutdownDelay.String())
+	}
+	if s.spec.ShutdownSendRetryAfter {
+		args = append(args, "--shutdown-send-retry-after=true")
+	}
+	if c.auditPolicyFile != "" {
+		args = append(args, "--audit-policy-file="+c.auditPolicyFile, "--audit-log-path="+c.auditLogPath(s))
+	}
 	return append(args, s.spec.ExtraArgs...)
 }
+
+func (c *Cluster) auditLogPath(s *apiServer) string {
+	return filepath.Join(c.dir, s.spec.Name+"-audit.log")
+}
+
+// stopGrace is how long a server may take to exit after SIGTERM: its shutdown delay, then the
+// drain.
+func (s *apiServer) stopGrace() time.Duration { return s.spec.ShutdownDelay + serverStopGrace }
 
 // adminHTTPClient authenticates as the admin certificate and trusts only the cluster CA.
 func (c *Cluster) adminHTTPClient() *http.Client {
@@ -440,7 +481,7 @@ func (c *Cluster) Stop(i int) error {
 	}
 	s := c.servers[i]
 	if s.proc != nil {
-		s.proc.Stop(serverStopGrace)
+		s.proc.Stop(s.stopGrace())
 	}
 	s.info.Running = false
 	return nil
@@ -467,7 +508,7 @@ func (c *Cluster) Restart(ctx context.Context, i int, version string) error {
 		return err
 	}
 	if s.proc != nil {
-		s.proc.Stop(serverStopGrace)
+		s.proc.Stop(s.stopGrace())
 	}
 	s.info.Running = false
 	s.spec.Version = version
@@ -491,7 +532,7 @@ func (c *Cluster) Close() error {
 	var wg sync.WaitGroup
 	for _, s := range c.servers {
 		if s.proc != nil {
-			wg.Go(func() { s.proc.Stop(serverStopGrace) })
+			wg.Go(func() { s.proc.Stop(s.stopGrace()) })
 		}
 		s.info.Running = false
 	}
@@ -500,6 +541,36 @@ func (c *Cluster) Close() error {
 		c.etcd.Stop(etcdStopGrace)
 	}
 	return os.RemoveAll(c.dir)
+}
+
+// Pause stops server i with SIGSTOP: it keeps its connections and its port but answers nothing,
+// like a server that hangs, until Resume.
+func (c *Cluster) Pause(i int) error { return c.signal(i, syscall.SIGSTOP) }
+
+// Resume continues server i after Pause.
+func (c *Cluster) Resume(i int) error { return c.signal(i, syscall.SIGCONT) }
+
+func (c *Cluster) signal(i int, sig syscall.Signal) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errors.New("cluster is closed")
+	}
+	s := c.servers[i]
+	if s.proc == nil || !s.info.Running {
+		return fmt.Errorf("kube-apiserver %s is not running", s.spec.Name)
+	}
+	return s.proc.Signal(sig)
+}
+
+// AuditLog is the path of server i's audit log (JSON lines), or "" without Spec.AuditPolicy.
+func (c *Cluster) AuditLog(i int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.auditPolicyFile == "" {
+		return ""
+	}
+	return c.auditLogPath(c.servers[i])
 }
 
 // Dir is the cluster's temporary directory (PKI, logs, kubeconfigs, etcd data).

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSpecValidationRejectsAmbiguousOrContradictoryServers(t *testing.T) {
@@ -87,6 +88,14 @@ func TestAPIServerArgsWireAuthenticationAndPeerFlags(t *testing.T) {
 			),
 		},
 		{
+			name: "shutdown delay and Retry-After while draining",
+			spec: ServerSpec{Name: "a", Version: KubeVersion136, ShutdownDelay: 10 * time.Second, ShutdownSendRetryAfter: true},
+			want: append(slices.Clone(common),
+				"--shutdown-delay-duration=10s",
+				"--shutdown-send-retry-after=true",
+			),
+		},
+		{
 			name: "runtime config, gates and extra args",
 			spec: ServerSpec{
 				Name: "a", Version: KubeVersion136,
@@ -107,6 +116,19 @@ func TestAPIServerArgsWireAuthenticationAndPeerFlags(t *testing.T) {
 				t.Errorf("args:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
 			}
 		})
+	}
+}
+
+func TestAPIServerArgsGiveEachServerItsOwnAuditLog(t *testing.T) {
+	c := testClusterForArgs()
+	c.dir = "cluster"
+	c.auditPolicyFile = "cluster/audit-policy.yaml"
+	for _, name := range []string{"a", "b"} {
+		got := c.apiserverArgs(&apiServer{spec: ServerSpec{Name: name, Version: KubeVersion136, ExtraArgs: []string{"--v=4"}}, port: 6443})
+		want := []string{"--audit-policy-file=cluster/audit-policy.yaml", "--audit-log-path=cluster/" + name + "-audit.log", "--v=4"}
+		if tail := got[len(got)-len(want):]; !slices.Equal(tail, want) {
+			t.Errorf("server %s args end in %q, want %q", name, tail, want)
+		}
 	}
 }
 

@@ -50,7 +50,8 @@ type PKIFiles struct {
 
 // PKI is a generated set of credentials for one cluster.
 type PKI struct {
-	CA               *x509.Certificate
+	CA *x509.Certificate
+	// FrontProxyCA signs the front-proxy client certificate; it is CA itself in a one-CA cluster.
 	FrontProxyCA     *x509.Certificate
 	Serving          tls.Certificate
 	FrontProxyClient tls.Certificate
@@ -65,18 +66,21 @@ type PKI struct {
 	ca *devpki.CA
 }
 
-// newPKI generates the cluster CA, the front-proxy CA, leaf certificates, a service-account key
-// pair and a static token file, and writes them into dir.
-func newPKI(dir string) (*PKI, error) {
+// newPKI generates the cluster CA, the front-proxy CA (unless oneCA makes the cluster CA sign the
+// front-proxy client certificate too), leaf certificates, a service-account key pair and a static
+// token file, and writes them into dir.
+func newPKI(dir string, oneCA bool) (*PKI, error) {
 	ca, err := devpki.NewCA("skewgate-test-cluster-ca")
 	if err != nil {
 		return nil, err
 	}
-	// Request-header identities are only believed from certificates of their own CA, so that no
-	// client certificate of the cluster CA can assert one.
-	frontProxyCA, err := devpki.NewCA("skewgate-test-front-proxy-ca")
-	if err != nil {
-		return nil, err
+	// By default request-header identities are only believed from certificates of their own CA,
+	// so that no client certificate of the cluster CA can assert one.
+	frontProxyCA := ca
+	if !oneCA {
+		if frontProxyCA, err = devpki.NewCA("skewgate-test-front-proxy-ca"); err != nil {
+			return nil, err
+		}
 	}
 	serving, err := ca.Serving("kube-apiserver", servingHosts...)
 	if err != nil {
@@ -129,8 +133,13 @@ func newPKI(dir string) (*PKI, error) {
 	if p.Files.CACert, err = ca.WriteFile(dir, "ca"); err != nil {
 		return nil, err
 	}
-	if p.Files.FrontProxyCACert, err = frontProxyCA.WriteFile(dir, "front-proxy-ca"); err != nil {
-		return nil, err
+	// With one CA the servers are given one CA file for both purposes, as installers that use one
+	// CA do.
+	p.Files.FrontProxyCACert = p.Files.CACert
+	if !oneCA {
+		if p.Files.FrontProxyCACert, err = frontProxyCA.WriteFile(dir, "front-proxy-ca"); err != nil {
+			return nil, err
+		}
 	}
 	if p.Files.ServingCert, p.Files.ServingKey, err = serving.WriteFiles(dir, "serving"); err != nil {
 		return nil, err
@@ -172,10 +181,14 @@ func newPKI(dir string) (*PKI, error) {
 	return p, nil
 }
 
+// NewClient issues a client certificate for subject, signed by the cluster CA (in a one-CA
+// cluster also the front-proxy CA).
+func (p *PKI) NewClient(subject pkix.Name) (*devpki.Leaf, error) { return p.ca.Client(subject) }
+
 // IssueClient writes a client certificate for subject, signed by the cluster CA, as name.crt and
 // name.key in dir: the kind of credential kubeadm gives each control-plane component.
 func (p *PKI) IssueClient(dir, name string, subject pkix.Name) (certFile, keyFile string, err error) {
-	leaf, err := p.ca.Client(subject)
+	leaf, err := p.NewClient(subject)
 	if err != nil {
 		return "", "", err
 	}

@@ -15,7 +15,7 @@ import (
 )
 
 func TestPKIChainsEveryLeafToItsOwnCAForItsPurpose(t *testing.T) {
-	p, err := newPKI(t.TempDir())
+	p, err := newPKI(t.TempDir(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestPKIChainsEveryLeafToItsOwnCAForItsPurpose(t *testing.T) {
 }
 
 func TestPKISubjectsCarryTheIdentitiesServersTrust(t *testing.T) {
-	p, err := newPKI(t.TempDir())
+	p, err := newPKI(t.TempDir(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,8 +83,31 @@ func TestPKISubjectsCarryTheIdentitiesServersTrust(t *testing.T) {
 	}
 }
 
+func TestPKIWithOneCASignsTheFrontProxyClientWithTheClusterCA(t *testing.T) {
+	p, err := newPKI(t.TempDir(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.FrontProxyCA.Equal(p.CA) {
+		t.Error("front-proxy CA is not the cluster CA")
+	}
+	if p.Files.FrontProxyCACert != p.Files.CACert {
+		t.Errorf("front-proxy CA file %s, want the cluster CA file %s", p.Files.FrontProxyCACert, p.Files.CACert)
+	}
+	// The front-proxy client certificate is then a client certificate like any other.
+	if _, err := p.FrontProxyClient.Leaf.Verify(x509.VerifyOptions{
+		Roots:     p.CAPool(),
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}); err != nil {
+		t.Errorf("front-proxy client under the cluster CA: %v", err)
+	}
+	if got := p.FrontProxyClient.Leaf.Subject.CommonName; got != FrontProxyClientName {
+		t.Errorf("front-proxy client CN = %q, want %q", got, FrontProxyClientName)
+	}
+}
+
 func TestPKIKeyUsagesAndNamesMatchEachCertificatesRole(t *testing.T) {
-	p, err := newPKI(t.TempDir())
+	p, err := newPKI(t.TempDir(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +143,7 @@ func TestPKIKeyUsagesAndNamesMatchEachCertificatesRole(t *testing.T) {
 }
 
 func TestPKIFilesAreReadableByTheServersAndPrivate(t *testing.T) {
-	p, err := newPKI(t.TempDir())
+	p, err := newPKI(t.TempDir(), false)
 	if err != nil {
 		t.Fatal(err)
 	}

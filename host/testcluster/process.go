@@ -62,14 +62,19 @@ func (p *Process) Exited() (bool, error) {
 	}
 }
 
+// Signal sends sig to the process. Signals go through os.Process, which targets exactly this
+// child even if its PID were reused.
+func (p *Process) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
 // Stop sends SIGTERM, waits up to grace for a clean exit (kube-apiserver removes its peer endpoint
-// lease on the way out), then sends SIGKILL. Signals go through os.Process, which targets exactly
-// this child even if its PID were reused.
+// lease on the way out), then sends SIGKILL. SIGCONT follows SIGTERM, because a process stopped
+// with SIGSTOP would hold SIGTERM until continued.
 func (p *Process) Stop(grace time.Duration) {
 	if done, _ := p.Exited(); done {
 		return
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.Signal(syscall.SIGTERM)
+	_ = p.Signal(syscall.SIGCONT)
 	select {
 	case <-p.done:
 	case <-time.After(grace):

@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -33,6 +34,30 @@ func TestProcessLogTailShowsTheLastLinesAndStopEndsTheProcess(t *testing.T) {
 	p.Stop(5 * time.Second)
 	if done, err := p.Exited(); !done || err == nil {
 		t.Errorf("after Stop: exited %v, %v; want a process ended by SIGTERM", done, err)
+	}
+}
+
+func TestProcessStopEndsAPausedProcess(t *testing.T) {
+	// The trap would make the process exit 0 on SIGTERM; a stopped process runs it only once
+	// continued, so a clean exit shows that Stop delivered SIGTERM rather than waiting for SIGKILL.
+	p, err := StartProcess("paused", filepath.Join(t.TempDir(), "paused.log"),
+		[]string{"sh", "-c", `trap 'echo terminated; exit 0' TERM; echo started; while :; do sleep 0.1; done`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !p.LogContains("started") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the process never started: %q", p.LogTail(10))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	p.Stop(30 * time.Second)
+	if done, err := p.Exited(); !done || !p.LogContains("terminated") {
+		t.Errorf("after Stop of a paused process: exited %v (%v), log %q; want its SIGTERM handler run", done, err, p.LogTail(10))
 	}
 }
 
