@@ -25,16 +25,29 @@ func TestPluginNative(t *testing.T) {
 
 func TestPluginWasmUnderProxytest(t *testing.T) {
 	plugintest.Run(t, proxytestHarness{vm: func(t *testing.T) types.VMContext {
-		vm, err := proxytest.NewWasmVMContext(readBuiltModule(t))
+		readBuiltModule(t)
+		vm, err := builtModuleVM()
 		if err != nil {
 			t.Fatalf("load %s: %v", builtModule, err)
 		}
-		t.Cleanup(func() { vm.Close() })
 		return vm
 	}})
 }
 
 var builtModuleOnce = sync.OnceValues(func() ([]byte, error) { return os.ReadFile(builtModule) })
+
+// builtModuleVM is one instance of the built module that every Start reuses:
+// compiling the module takes seconds, and a Start creates the root context
+// anew, which holds all the plugin's state (Envoy, too, configures a running
+// VM by creating a new root context in it). It lives as long as the test
+// binary.
+var builtModuleVM = sync.OnceValues(func() (types.VMContext, error) {
+	wasm, err := builtModuleOnce()
+	if err != nil {
+		return nil, err
+	}
+	return proxytest.NewWasmVMContext(wasm)
+})
 
 func readBuiltModule(t *testing.T) []byte {
 	t.Helper()
