@@ -70,8 +70,10 @@ type serverState struct {
 
 	healthy     bool
 	lastHealthy time.Time
-	version     string
-	apis, core  document
+	// failures counts the consecutive probes that got no answer.
+	failures   int
+	version    string
+	apis, core document
 	// lastErrors holds the failure reason per path, so that a persisting
 	// failure is logged once and its recovery too.
 	lastErrors map[string]string
@@ -158,8 +160,9 @@ func parseStaticServers(urls []string, localURL string) (addresses []string, loc
 	return addresses, local, nil
 }
 
-// Run polls every server each PollInterval and publishes snapshots until ctx
-// is done, then returns nil. It returns an error only if called twice.
+// Run probes every server's /readyz each ReadinessInterval, refreshes
+// membership and documents each PollInterval and publishes snapshots until
+// ctx is done, then returns nil. It returns an error only if called twice.
 func (c *Controller) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("controller: Run called twice")
@@ -172,10 +175,13 @@ func (c *Controller) Run(ctx context.Context) error {
 			return nil
 		}
 	}
-	ticker := time.NewTicker(c.opts.PollInterval)
+	ticker := time.NewTicker(c.opts.ReadinessInterval)
 	defer ticker.Stop()
-	for {
-		c.poll(ctx)
+	// Counting rounds rather than comparing clocks keeps a full poll from
+	// slipping by a round when ticks jitter.
+	every := int(c.opts.PollInterval / c.opts.ReadinessInterval)
+	for round := 0; ; round++ {
+		c.poll(ctx, round%every == 0)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -210,17 +216,23 @@ func (c *Controller) ClusterAddresses() map[string]string {
 	return maps.Clone(c.current.Addresses)
 }
 
-// poll is one round: update membership, probe every server, publish.
-func (c *Controller) poll(ctx context.Context) {
-	c.reconcileMembers(time.Now())
-	c.probeAll(ctx)
+// poll is one round: probe every server and publish. A full round also
+// updates membership and refreshes every server's documents; the others
+// probe only /readyz of the healthy servers.
+func (c *Controller) poll(ctx context.Context, full bool) {
+	if full {
+		c.reconcileMembers(time.Now())
+	}
+	c.probeAll(ctx, full)
 	if ctx.Err() != nil {
 		return
 	}
 	now := time.Now()
 	c.expireUnhealthy(now)
 	c.publish(ctx, now)
-	c.notices.endRound()
+	if full {
+		c.notices.endRound()
+	}
 }
 
 // member is one address to probe and the names it goes by.
@@ -358,15 +370,17 @@ func (c *Controller) forget(address string) {
 	c.metrics.forgetServer(address)
 }
 
-// probeAll probes every server, at most MaxConcurrentFetches at once.
-func (c *Controller) probeAll(ctx context.Context) {
+// probeAll probes every server, at most MaxConcurrentFetches at once. Outside
+// full rounds only unhealthy servers have their documents fetched, so that
+// one returning is healthy again with what it serves now.
+func (c *Controller) probeAll(ctx context.Context, full bool) {
 	slots := make(chan struct{}, c.opts.MaxConcurrentFetches)
 	var wg sync.WaitGroup
 	for _, s := range c.servers {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			c.probe(ctx, s)
+			c.probe(ctx, s, full || !s.healthy)
 		})
 	}
 	wg.Wait()
@@ -379,18 +393,33 @@ func (c *Controller) probeAll(ctx context.Context) {
 	c.metrics.servers(len(c.servers), healthy)
 }
 
-// probe checks /readyz and, only when the server is ready, refreshes its
-// version and documents; every failure keeps what was there.
-func (c *Controller) probe(ctx context.Context, s *serverState) {
+// probe checks /readyz and, when the server is ready and withDocuments is
+// set, refreshes its version and documents; every failure keeps what was
+// there. An unhealthy server becomes healthy only once all of them are
+// fresh: a server back from a restart may be another version.
+func (c *Controller) probe(ctx context.Context, s *serverState, withDocuments bool) {
 	if ferr := c.fetcher.readyz(ctx, s.address); ferr != nil {
-		s.healthy = false
 		c.fetchFailed(ctx, s, ferr)
+		if ctx.Err() != nil {
+			return
+		}
+		s.failures++
+		if s.healthy && (ferr.conclusive() || s.failures >= c.opts.FailureThreshold) {
+			s.healthy = false
+			c.log.Warn("API server marked unhealthy", "address", s.address, "id", s.id, "reason", ferr.reason, "consecutive_failures", s.failures)
+		}
 		return
 	}
-	s.healthy, s.lastHealthy = true, time.Now()
+	s.failures = 0
+	s.lastHealthy = time.Now()
 	c.fetchSucceeded(s, pathReadyz)
+	if !withDocuments {
+		return
+	}
+	fresh := true
 	if version, ferr := c.fetcher.version(ctx, s.address); ferr != nil {
 		c.fetchFailed(ctx, s, ferr)
+		fresh = false
 	} else {
 		s.version = version
 		c.fetchSucceeded(s, pathVersion)
@@ -399,13 +428,18 @@ func (c *Controller) probe(ctx context.Context, s *serverState) {
 		path string
 		doc  *document
 	}{{pathAPIs, &s.apis}, {pathCore, &s.core}} {
-		fresh, ferr := c.fetcher.document(ctx, s.address, d.path, *d.doc)
+		doc, ferr := c.fetcher.document(ctx, s.address, d.path, *d.doc)
 		if ferr != nil {
 			c.fetchFailed(ctx, s, ferr)
+			fresh = false
 			continue
 		}
-		*d.doc = fresh
+		*d.doc = doc
 		c.fetchSucceeded(s, d.path)
+	}
+	if !s.healthy && fresh {
+		s.healthy = true
+		c.log.Info("API server healthy", "address", s.address, "id", s.id, "version", s.version)
 	}
 }
 

@@ -5,15 +5,19 @@
 // Servers come from a static list and, given a cluster client, from the
 // identity Leases in kube-system (annotation kubernetes.io/peer-advertise-address)
 // and the default/kubernetes EndpointSlices for servers that do not announce an
-// address. Every poll interval each server is probed: /readyz decides health,
-// and only a ready server is asked for /version, /apis and /api, because a
-// server that is still starting may serve incomplete discovery. Documents are
-// revalidated with If-None-Match; any bad answer keeps the server's last good
-// document.
+// address. Every readiness interval (a second) each server's /readyz is
+// probed; every poll interval, and whenever an unhealthy server answers ready
+// again, it is also asked for /version, /apis and /api, because a server that
+// is still starting may serve incomplete discovery and one back from a
+// restart may be another version. Documents are revalidated with
+// If-None-Match; any bad answer keeps the server's last good document.
 //
 // Liveness comes from the probes, not from lease age (a crashed server's lease
-// lingers for hours): a server that fails /readyz is marked unhealthy in the
-// next snapshot and leaves the snapshot once it has been unhealthy, or absent
+// lingers for hours). A /readyz that answers anything but 200 marks the server
+// unhealthy in the next snapshot: kube-apiserver fails it first when it shuts
+// down. Probes that time out or cannot connect mark it unhealthy only after
+// several in a row, because a loaded server or network misses one now and
+// then. A server leaves the snapshot once it has been unhealthy, or absent
 // from discovery, for longer than the grace period.
 //
 // A new snapshot, with the next generation number, is built only when

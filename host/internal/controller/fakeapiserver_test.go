@@ -66,6 +66,10 @@ type fakeAPIServer struct {
 	requests     map[string]int
 	notModified  map[string]int
 	failedReadyz int
+	// stallReadyz is how many coming /readyz requests get no answer until
+	// the client gives up; stalledReadyz counts those that did.
+	stallReadyz   int
+	stalledReadyz int
 	lastReadyOK  time.Time
 	authFailures int
 	lastHeaders  map[string]http.Header
@@ -123,6 +127,10 @@ func newFakeAPIServer(t *testing.T, pki *testPKI, version string, groups map[str
 func (f *fakeAPIServer) url() string { return "https://" + f.address }
 
 func (f *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == pathReadyz && f.takeStall() {
+		<-r.Context().Done()
+		return
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.requests[r.URL.Path]++
@@ -172,6 +180,30 @@ func (f *fakeAPIServer) authenticated(r *http.Request) bool {
 	}
 	return r.TLS != nil && len(r.TLS.PeerCertificates) > 0 &&
 		r.Header.Get("X-Remote-User") == RemoteUser && r.Header.Get("X-Remote-Group") == RemoteGroup
+}
+
+func (f *fakeAPIServer) takeStall() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stallReadyz == 0 {
+		return false
+	}
+	f.stallReadyz--
+	f.stalledReadyz++
+	return true
+}
+
+// stall leaves the next n /readyz requests unanswered.
+func (f *fakeAPIServer) stall(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stallReadyz = n
+}
+
+func (f *fakeAPIServer) stalledCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stalledReadyz
 }
 
 func (f *fakeAPIServer) setReady(ready bool) {
@@ -373,7 +405,13 @@ func metricValue(t *testing.T, c *Controller, series string) float64 {
 	if err := c.WritePrometheus(&out); err != nil {
 		t.Fatal(err)
 	}
-	sc := bufio.NewScanner(strings.NewReader(out.String()))
+	return sampleValue(t, out.String(), series)
+}
+
+// sampleValue reads one sample from a Prometheus text exposition.
+func sampleValue(t *testing.T, exposition, series string) float64 {
+	t.Helper()
+	sc := bufio.NewScanner(strings.NewReader(exposition))
 	for sc.Scan() {
 		name, value, ok := strings.Cut(sc.Text(), " ")
 		if ok && name == series {

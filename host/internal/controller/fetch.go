@@ -51,6 +51,11 @@ type fetchError struct {
 
 func (e *fetchError) Error() string { return e.path + ": " + e.reason + ": " + e.err.Error() }
 
+// conclusive reports whether the server answered, or presented a certificate
+// that was refused: asking again at once would get the same, unlike a probe
+// that timed out or could not connect.
+func (e *fetchError) conclusive() bool { return e.reason == reasonNotReady || e.reason == reasonTLS }
+
 // document is a discovery document as a server served it, with its ETag.
 type document struct {
 	raw  []byte

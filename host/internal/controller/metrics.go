@@ -109,7 +109,7 @@ func (c *Controller) WritePrometheus(w io.Writer) error {
 	sample("skewgate_controller_snapshot_servers", strconv.Itoa(inSnapshot))
 	header("skewgate_controller_servers", "gauge", "API servers known and probed.")
 	sample("skewgate_controller_servers", strconv.Itoa(known))
-	header("skewgate_controller_servers_healthy", "gauge", "API servers whose last /readyz probe answered 200.")
+	header("skewgate_controller_servers_healthy", "gauge", "API servers considered healthy: /readyz last answered 200, and fewer consecutive probes than the failure threshold went unanswered since.")
 	sample("skewgate_controller_servers_healthy", strconv.Itoa(healthy))
 	header("skewgate_controller_last_successful_poll_timestamp_seconds", "gauge",
 		"End of the last poll after which at least one server was healthy and the published snapshot was up to date.")

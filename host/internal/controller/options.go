@@ -19,6 +19,8 @@ import (
 // Defaults for Options fields left zero.
 const (
 	DefaultPollInterval         = 5 * time.Second
+	DefaultReadinessInterval    = time.Second
+	DefaultFailureThreshold     = 3
 	DefaultRequestTimeout       = 5 * time.Second
 	DefaultGracePeriod          = 5 * time.Minute
 	DefaultMaxResponseBytes     = 8 << 20
@@ -67,11 +69,22 @@ type Options struct {
 	FrontProxyCertFile string
 	FrontProxyKeyFile  string
 
-	// PollInterval is how often every server is probed.
+	// PollInterval is how often every server's documents are refreshed.
 	PollInterval time.Duration
-	// RequestTimeout bounds each request to a server. A server that stops
-	// answering is marked unhealthy once its /readyz times out, so keep it at
-	// most PollInterval.
+	// ReadinessInterval is how often /readyz is probed between those polls,
+	// so that a server turning not ready (kube-apiserver answers 500
+	// throughout its --shutdown-delay-duration) is seen within about a
+	// second, before it stops listening. A probe is one small GET on a
+	// kept-alive connection; kubeadm probes kube-apiserver's /readyz every
+	// second too. At most PollInterval.
+	ReadinessInterval time.Duration
+	// FailureThreshold is how many consecutive probes must time out or fail
+	// to connect before a server is marked unhealthy (kubeadm's readiness
+	// probe allows 3): a loaded server or network misses a probe now and
+	// then. A /readyz that answers anything but 200, or a certificate that is
+	// refused, marks it unhealthy at once.
+	FailureThreshold int
+	// RequestTimeout bounds each request to a server.
 	RequestTimeout time.Duration
 	// GracePeriod is how long a server that stopped answering, or left
 	// discovery, stays in the snapshot (marked unhealthy) before it is removed.
@@ -115,6 +128,7 @@ func (o Options) complete() (Options, error) {
 		def   time.Duration
 	}{
 		{"PollInterval", &o.PollInterval, DefaultPollInterval},
+		{"ReadinessInterval", &o.ReadinessInterval, DefaultReadinessInterval},
 		{"RequestTimeout", &o.RequestTimeout, DefaultRequestTimeout},
 		{"GracePeriod", &o.GracePeriod, DefaultGracePeriod},
 	} {
@@ -124,6 +138,13 @@ func (o Options) complete() (Options, error) {
 		if *d.value == 0 {
 			*d.value = d.def
 		}
+	}
+	o.ReadinessInterval = min(o.ReadinessInterval, o.PollInterval)
+	if o.FailureThreshold < 0 {
+		return o, fmt.Errorf("controller: FailureThreshold must be positive, got %d", o.FailureThreshold)
+	}
+	if o.FailureThreshold == 0 {
+		o.FailureThreshold = DefaultFailureThreshold
 	}
 	if o.MaxResponseBytes < 0 {
 		return o, fmt.Errorf("controller: MaxResponseBytes must be positive, got %d", o.MaxResponseBytes)

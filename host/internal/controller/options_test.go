@@ -47,6 +47,8 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 			}
 		}, "at most 64"},
 		{"negative interval", func(o *Options) { o.PollInterval = -time.Second }, "PollInterval must be positive"},
+		{"negative readiness interval", func(o *Options) { o.ReadinessInterval = -time.Second }, "ReadinessInterval must be positive"},
+		{"negative failure threshold", func(o *Options) { o.FailureThreshold = -1 }, "FailureThreshold must be positive"},
 		{"negative timeout", func(o *Options) { o.RequestTimeout = -time.Second }, "RequestTimeout must be positive"},
 		{"negative grace", func(o *Options) { o.GracePeriod = -time.Second }, "GracePeriod must be positive"},
 		{"negative size limit", func(o *Options) { o.MaxResponseBytes = -1 }, "MaxResponseBytes must be positive"},
@@ -85,10 +87,25 @@ func TestNewFillsInDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := c.opts
-	if o.PollInterval != DefaultPollInterval || o.RequestTimeout != DefaultRequestTimeout || o.GracePeriod != DefaultGracePeriod ||
+	if o.PollInterval != DefaultPollInterval || o.ReadinessInterval != DefaultReadinessInterval || o.FailureThreshold != DefaultFailureThreshold ||
+		o.RequestTimeout != DefaultRequestTimeout || o.GracePeriod != DefaultGracePeriod ||
 		o.MaxResponseBytes != DefaultMaxResponseBytes || o.MaxConcurrentFetches != DefaultMaxConcurrentFetches ||
 		o.ServerName != DefaultServerName || o.Logger == nil {
 		t.Errorf("defaults not applied: %+v", o)
+	}
+	fast, err := New(Options{
+		StaticServers:      []string{"https://10.0.0.1:6443"},
+		PeerCAFile:         pki.peerCAFile,
+		FrontProxyCertFile: pki.clientCertFile,
+		FrontProxyKeyFile:  pki.clientKeyFile,
+		OnSnapshot:         (&recorder{}).OnSnapshot,
+		PollInterval:       100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fast.opts.ReadinessInterval != 100*time.Millisecond {
+		t.Errorf("ReadinessInterval = %v with a 100ms PollInterval, want it capped at PollInterval", fast.opts.ReadinessInterval)
 	}
 	if c.cluster != nil {
 		t.Error("cluster discovery enabled without a cluster client")
