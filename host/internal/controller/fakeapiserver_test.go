@@ -70,9 +70,9 @@ type fakeAPIServer struct {
 	// the client gives up; stalledReadyz counts those that did.
 	stallReadyz   int
 	stalledReadyz int
-	lastReadyOK  time.Time
-	authFailures int
-	lastHeaders  map[string]http.Header
+	lastReadyOK   time.Time
+	authFailures  int
+	lastHeaders   map[string]http.Header
 }
 
 // fakeServerOption adjusts a fake API server before it starts.
