@@ -34,8 +34,11 @@ const (
 	ServeDocument
 	// NotModified answers 304 with Decision.Document's ETag and no body.
 	NotModified
-	// Unavailable answers 503: servers that serve the request exist, but none is
-	// healthy.
+	// Unavailable answers 503: servers that serve the request exist, none of
+	// them is healthy, and other servers are. When no server at all is
+	// healthy, requests go to the servers that serve them as if every server
+	// were (Envoy's panic threshold): a burst that times out every health
+	// probe at once says more about the prober than about the servers.
 	Unavailable
 )
 
@@ -185,7 +188,7 @@ func (ix *Index) lookupLegacyDocument(path string) (target Decision, capable Ser
 
 // route turns the set of servers able to answer into an action. A request is
 // re-routed when it goes where it does because not every healthy server
-// serves it.
+// serves it. With no healthy server at all, every server counts as healthy.
 func (ix *Index) route(capable ServerSet, pick uint64) Decision {
 	var d Decision
 	if capable == 0 {
@@ -193,13 +196,17 @@ func (ix *Index) route(capable ServerSet, pick uint64) Decision {
 		d.Action, d.Server = ix.anyServer(pick)
 		return d
 	}
-	candidates := capable & ix.healthy
+	healthy := ix.healthy
+	if healthy == 0 {
+		healthy = ix.all
+	}
+	candidates := capable & healthy
 	switch {
 	case candidates == 0:
 		d.Action = Unavailable
 	case ix.preferred >= 0 && candidates.Has(ix.preferred):
 		d.Action, d.Server = Route, ix.preferred
-	case candidates == ix.healthy:
+	case candidates == healthy:
 		d.Action, d.Server = ix.anyServer(pick)
 	default:
 		d.Action, d.Server, d.Rerouted = Route, candidates.Pick(pick), true

@@ -124,13 +124,42 @@ func TestDecideAnswersUnavailableWhenEveryCapableServerIsDown(t *testing.T) {
 		status.Details.RetryAfterSeconds != 5 {
 		t.Errorf("status %+v", status)
 	}
-	// With no healthy server at all, a resource that nobody serves still goes to a real server.
-	ix = skewedIndex(t, func(s []discoverytest.Server) { s[0].Healthy, s[1].Healthy, s[2].Healthy = false, false, false })
-	if d := ix.Decide(&Request{Method: "GET", Path: "/apis/example.com/v1/widgets"}, 0); d.Action != Forward {
-		t.Errorf("unknown resource with all servers down: %+v; want Forward", d)
+}
+
+// A burst that times out every health probe at once must not turn every
+// request into a 503: with no healthy server, Decide acts as if all were
+// healthy (Envoy's panic threshold).
+func TestDecideRoutesAsIfEveryServerWereHealthyWhenNoneIs(t *testing.T) {
+	ix := skewedIndex(t, func(s []discoverytest.Server) { s[0].Healthy, s[1].Healthy, s[2].Healthy = false, false, false })
+	cases := []struct {
+		name         string
+		req          Request
+		want         Action
+		servers      ServerSet
+		wantRerouted bool
+	}{
+		{name: "common resource", req: Request{Method: "GET", Path: "/apis/apps/v1/deployments"}, want: Forward},
+		{name: "resource nobody serves", req: Request{Method: "GET", Path: "/apis/example.com/v1/widgets"}, want: Forward},
+		{name: "skewed resource", req: Request{Method: "POST", Path: "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies"}, want: Route, servers: 0b110, wantRerouted: true},
+		{name: "alpha resource", req: Request{Method: "GET", Path: "/apis/coordination.k8s.io/v1alpha2/leasecandidates"}, want: Route, servers: 0b100, wantRerouted: true},
+		{name: "legacy group version document", req: Request{Method: "GET", Path: "/apis/coordination.k8s.io/v1alpha2"}, want: Route, servers: 0b100},
 	}
-	if d := ix.Decide(&Request{Method: "GET", Path: "/apis/apps/v1/deployments"}, 0); d.Action != Unavailable {
-		t.Errorf("common resource with all servers down: %+v; want Unavailable", d)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			seen := ServerSet(0)
+			for pick := range uint64(4) {
+				d := ix.Decide(&c.req, pick)
+				if d.Action != c.want || d.Rerouted != c.wantRerouted || (d.Action == Route && !c.servers.Has(d.Server)) {
+					t.Fatalf("pick %d: %+v; want %v to one of %b, rerouted %v", pick, d, c.want, c.servers, c.wantRerouted)
+				}
+				if d.Action == Route {
+					seen |= 1 << uint(d.Server)
+				}
+			}
+			if c.want == Route && seen != c.servers {
+				t.Errorf("targets %b; want every capable server %b", seen, c.servers)
+			}
+		})
 	}
 }
 

@@ -124,13 +124,19 @@ func TestNodeLocalFallsBackToHealthyPeersWhileThePreferredServerIsDown(t *testin
 	}
 }
 
-func TestNodeLocalLeavesTheChoiceToTheGatewayWhenNoServerIsHealthy(t *testing.T) {
+// With no healthy server every server counts as healthy: what the preferred
+// server serves goes to it, the rest to a peer that serves it, and requests
+// tied to no API to the gateway's load balancing.
+func TestNodeLocalRoutesAsIfEveryServerWereHealthyWhenNoneIs(t *testing.T) {
 	ix := nodeLocalIndex(t, func(s []discoverytest.Server) { s[0].Healthy, s[1].Healthy, s[2].Healthy = false, false, false })
 	if d := ix.Decide(&Request{Method: "GET", Path: "/readyz"}, 0); d.Action != Forward {
 		t.Errorf("health with every server down: %+v; want Forward", d)
 	}
-	if d := ix.Decide(&Request{Method: "GET", Path: "/apis/apps/v1/deployments"}, 0); d.Action != Unavailable {
-		t.Errorf("common resource with every server down: %+v; want Unavailable", d)
+	if d := ix.Decide(&Request{Method: "GET", Path: "/apis/apps/v1/deployments"}, 0); d.Action != Route || d.Server != 0 || d.Rerouted {
+		t.Errorf("common resource with every server down: %+v; want Route to the preferred server 0", d)
+	}
+	if d := ix.Decide(&Request{Method: "GET", Path: "/apis/coordination.k8s.io/v1alpha2/leasecandidates"}, 0); d.Action != Route || d.Server != 2 || !d.Rerouted {
+		t.Errorf("alpha resource with every server down: %+v; want Route to server 2, re-routed", d)
 	}
 }
 

@@ -11,6 +11,17 @@ import (
 // control plane runs more API servers than this.
 const MaxServers = 64
 
+// FrontProxyClusterSuffix is the contract between the plugin and the hosts
+// about the front-proxy credential. When the plugin asserts a client's
+// identity (X-Remote-User/X-Remote-Group), it names the server itself in the
+// routing header as the server's cluster followed by this suffix, and hosts
+// send exactly those requests with the front-proxy client certificate; every
+// other request, including the plugin's own, reaches the API servers without
+// it. Envoy configurations define, per server, the clusters "<cluster>" and
+// "<cluster>+front-proxy". Snapshot cluster names never contain '+', so no
+// cluster name can end in the suffix by accident.
+const FrontProxyClusterSuffix = "+front-proxy"
+
 // Snapshot is one consistent view of the control plane: every API server's own
 // discovery and health at one moment, under one generation number.
 type Snapshot struct {
@@ -122,8 +133,8 @@ func parseServer(i int, s gjson.Result) (Server, error) {
 }
 
 // Validate checks the invariants every consumer relies on: a positive
-// generation, 1..MaxServers servers with unique well-formed IDs and clusters,
-// the core group only in /api and never in /apis.
+// generation, 1..MaxServers servers with unique well-formed IDs and clusters
+// (no '+' in a cluster), the core group only in /api and never in /apis.
 func (s *Snapshot) Validate() error {
 	if s.Generation == 0 {
 		return fmt.Errorf("snapshot: generation: must be positive")
@@ -141,6 +152,10 @@ func (s *Snapshot) Validate() error {
 		}
 		if err := checkToken("cluster", srv.Cluster); err != nil {
 			return fmt.Errorf("snapshot: %s: %w", where, err)
+		}
+		if strings.Contains(srv.Cluster, "+") {
+			return fmt.Errorf("snapshot: %s: cluster: %q: character '+' is not allowed (it marks the front-proxy cluster %q)",
+				where, srv.Cluster, srv.Cluster+FrontProxyClusterSuffix)
 		}
 		if err := checkToken("version", srv.Version); err != nil {
 			return fmt.Errorf("snapshot: %s: %w", where, err)

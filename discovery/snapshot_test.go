@@ -34,6 +34,7 @@ func TestParseSnapshotRejectsMalformedInputNamingServerAndField(t *testing.T) {
 		{"id with space", replace(`"id":"apiserver-bbb"`, `"id":"api server"`), `servers[1]: id: "api server": character ' ' is not allowed`},
 		{"duplicate id", replace(`"id":"apiserver-bbb"`, `"id":"apiserver-aaa"`), "servers[1] (apiserver-aaa): id: duplicates servers[0]"},
 		{"duplicate cluster", replace(`"cluster":"kube-c"`, `"cluster":"kube-a"`), `servers[2] (apiserver-ccc): cluster: "kube-a" is also used by servers[0]`},
+		{"cluster with plus", replace(`"cluster":"kube-c"`, `"cluster":"kube-a+front-proxy"`), `servers[2] (apiserver-ccc): cluster: "kube-a+front-proxy": character '+' is not allowed`},
 		{"cluster with newline", replace(`"cluster":"kube-c"`, `"cluster":"kube\nc"`), "servers[2] (apiserver-ccc): cluster:"},
 		{"numeric version", replace(`"version":"v1.35.4"`, `"version":1.35`), "servers[0]: version: must be a string"},
 		{"healthy as string", replace(`"healthy":true`, `"healthy":"yes"`), `servers[0] (apiserver-aaa): healthy: must be true or false, got "yes"`},
