@@ -97,6 +97,33 @@ type sharedCluster struct {
 // or restart a server in place.
 var sharedSkewed = &sharedCluster{spec: skewedSpec("baseline")}
 
+// sharedOneCA is the skewed cluster set up as several installers do, with one CA as client CA,
+// request-header CA and peer CA: the front-proxy client certificate alone authenticates there,
+// so a gateway that presents it where it asserts no identity lends clients its own. Its servers
+// keep an audit log of the requests auditPolicy selects.
+var sharedOneCA = &sharedCluster{spec: func() testcluster.Spec {
+	spec := skewedSpec("oneca")
+	spec.OneCA = true
+	spec.AuditPolicy = auditPolicy
+	return spec
+}()}
+
+// auditedConfigMap is the only object the one-CA cluster's servers audit requests for, so the
+// audit log stays small and a scenario finds its own requests there.
+const auditedConfigMap = "skewgate-e2e-audited"
+
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  resources:
+  - group: ""
+    resources: ["configmaps"]
+    resourceNames: ["` + auditedConfigMap + `"]
+- level: None
+`
+
 func (s *sharedCluster) get(t *testing.T) *testcluster.Cluster {
 	t.Helper()
 	s.log.attach(t)
@@ -112,9 +139,11 @@ func (s *sharedCluster) get(t *testing.T) *testcluster.Cluster {
 }
 
 func closeSharedClusters() {
-	if c := sharedSkewed.cluster; c != nil {
-		if err := c.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "e2e: closing the shared cluster:", err)
+	for _, s := range []*sharedCluster{sharedSkewed, sharedOneCA} {
+		if c := s.cluster; c != nil {
+			if err := c.Close(); err != nil {
+				fmt.Fprintln(os.Stderr, "e2e: closing a shared cluster:", err)
+			}
 		}
 	}
 }
@@ -231,6 +260,7 @@ type apiStatus struct {
 // userInfo is what a SelfSubjectReview reports.
 type userInfo struct {
 	Username string              `json:"username"`
+	UID      string              `json:"uid"`
 	Groups   []string            `json:"groups"`
 	Extra    map[string][]string `json:"extra"`
 }

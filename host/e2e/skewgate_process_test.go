@@ -45,22 +45,30 @@ type gatewayConfig struct {
 	// kubeconfig, when set, lets the controller discover servers (and their server IDs) from
 	// the identity leases.
 	kubeconfig string
+	// extraArgs are appended to the command line (later flags win).
+	extraArgs []string
 }
 
 // skewgate is one `skewgate serve` process in front of a test cluster.
 type skewgate struct {
 	// URL is the gateway, https://127.0.0.1:<port>; metricsURL its plain-HTTP operator listener.
-	URL, metricsURL string
-	port            int
+	URL, metricsURL   string
+	port, metricsPort int
 	// ca signs the gateway's serving certificate; servingCAFile holds it for kubeconfigs.
 	ca            *devpki.CA
 	servingCAFile string
 	// adminCertFile and adminKeyFile are the cluster's admin client certificate.
 	adminCertFile, adminKeyFile string
-	cluster                     *testcluster.Cluster
+	// The files the gateway reads its serving certificate and its front-proxy client certificate
+	// from.
+	servingCertFile, servingKeyFile         string
+	proxyClientCertFile, proxyClientKeyFile string
+	cluster                                 *testcluster.Cluster
 
 	logPath string
 	proc    *testcluster.Process
+	// argv is the command line for a gateway port and a metrics port.
+	argv func(gatewayPort, metricsPort int) []string
 	// started is when the process was started; readyAfter how long it then took to be ready.
 	started    time.Time
 	readyAfter time.Duration
@@ -84,7 +92,8 @@ func startSkewgate(t *testing.T, cluster *testcluster.Cluster, cfg gatewayConfig
 	servingCert, servingKey := writeCertificate(t, dir, "serving", serving.TLSCertificate())
 	clusterCA := writeCA(t, dir, "cluster-ca", cluster.PKI().CA)
 	frontProxyCert, frontProxyKey := writeCertificate(t, dir, "front-proxy-client", cluster.FrontProxyClientCertificate())
-	g := &skewgate{ca: ca, servingCAFile: writeCA(t, dir, "gateway-ca", ca.Cert), cluster: cluster, logPath: filepath.Join(dir, "skewgate.log")}
+	g := &skewgate{ca: ca, servingCAFile: writeCA(t, dir, "gateway-ca", ca.Cert), cluster: cluster, logPath: filepath.Join(dir, "skewgate.log"),
+		servingCertFile: servingCert, servingKeyFile: servingKey, proxyClientCertFile: frontProxyCert, proxyClientKeyFile: frontProxyKey}
 	g.adminCertFile, g.adminKeyFile = writeCertificate(t, dir, "admin", cluster.PKI().Admin)
 
 	if cfg.identityMode == "" {
@@ -119,7 +128,8 @@ func startSkewgate(t *testing.T, cluster *testcluster.Cluster, cfg gatewayConfig
 
 	g.launch(t, func(gatewayPort, metricsPort int) []string {
 		return slices.Concat([]string{skewgateBuild.binary}, args,
-			[]string{"--secure-port=" + strconv.Itoa(gatewayPort), "--metrics-bind-address=127.0.0.1:" + strconv.Itoa(metricsPort)})
+			[]string{"--secure-port=" + strconv.Itoa(gatewayPort), "--metrics-bind-address=127.0.0.1:" + strconv.Itoa(metricsPort)},
+			cfg.extraArgs)
 	})
 	t.Logf("skewgate serving at %s (metrics %s) in %s identity mode", g.URL, g.metricsURL, cfg.identityMode)
 	return g
@@ -131,19 +141,13 @@ func startSkewgate(t *testing.T, cluster *testcluster.Cluster, cfg gatewayConfig
 // test ends.
 func (g *skewgate) launch(t *testing.T, argv func(gatewayPort, metricsPort int) []string) {
 	t.Helper()
+	g.argv = argv
 	for attempt := 1; ; attempt++ {
 		ports, err := testcluster.FreePorts(2)
 		if err != nil {
 			t.Fatal(err)
 		}
-		g.port = ports[0]
-		g.URL = "https://127.0.0.1:" + strconv.Itoa(ports[0])
-		g.metricsURL = "http://127.0.0.1:" + strconv.Itoa(ports[1])
-		g.started = time.Now()
-		if g.proc, err = testcluster.StartProcess("skewgate", g.logPath, argv(ports[0], ports[1])); err != nil {
-			t.Fatal(err)
-		}
-		err = g.waitReady()
+		err = g.start(t, ports[0], ports[1])
 		if err == nil {
 			break
 		}
@@ -152,13 +156,42 @@ func (g *skewgate) launch(t *testing.T, argv func(gatewayPort, metricsPort int) 
 			t.Fatalf("skewgate did not become ready: %v\nlast lines of its log:\n%s", err, g.proc.LogTail(gatewayLogTailLines))
 		}
 	}
-	g.readyAfter = time.Since(g.started)
 	t.Cleanup(func() {
 		g.stop()
 		if t.Failed() {
 			t.Logf("last lines of the skewgate log:\n%s", g.proc.LogTail(gatewayLogTailLines))
 		}
 	})
+}
+
+// start runs the gateway's command line on the given ports and waits until it is ready.
+func (g *skewgate) start(t *testing.T, gatewayPort, metricsPort int) error {
+	t.Helper()
+	g.port, g.metricsPort = gatewayPort, metricsPort
+	g.URL = "https://127.0.0.1:" + strconv.Itoa(gatewayPort)
+	g.metricsURL = "http://127.0.0.1:" + strconv.Itoa(metricsPort)
+	g.started = time.Now()
+	var err error
+	if g.proc, err = testcluster.StartProcess("skewgate", g.logPath, g.argv(gatewayPort, metricsPort)); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.waitReady(); err != nil {
+		return err
+	}
+	g.readyAfter = time.Since(g.started)
+	return nil
+}
+
+// restartOnSamePorts starts the gateway again, once the previous process has exited, on the
+// ports it had: what a restart in place (a static pod, a systemd unit) does.
+func (g *skewgate) restartOnSamePorts(t *testing.T) {
+	t.Helper()
+	if exited, _ := g.proc.Exited(); !exited {
+		t.Fatal("restartOnSamePorts: the previous skewgate process is still running")
+	}
+	if err := g.start(t, g.port, g.metricsPort); err != nil {
+		t.Fatalf("skewgate did not start again on ports %d and %d: %v\nlast lines of its log:\n%s", g.port, g.metricsPort, err, g.proc.LogTail(gatewayLogTailLines))
+	}
 }
 
 // waitReady polls /readyz, which answers 200 once the plugin accepted a first snapshot.

@@ -1,0 +1,206 @@
+package e2e
+
+import (
+	"crypto/tls"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skewgate/skewgate/host/testcluster"
+)
+
+// credentials are what a client presents: client certificates, request headers, and whether it
+// speaks HTTP/1.1 only (HTTP/2 forbids connection-specific headers such as Connection).
+type credentials struct {
+	certs  []tls.Certificate
+	header http.Header
+	http1  bool
+}
+
+// reviewAnswer is an API server's answer to a SelfSubjectReview: the identity it authenticated,
+// or the Status it refused with.
+type reviewAnswer struct {
+	Code   int
+	User   userInfo
+	Status apiStatus
+}
+
+func (a reviewAnswer) String() string {
+	if a.Code == http.StatusCreated {
+		return fmt.Sprintf("201 %+v", a.User)
+	}
+	return fmt.Sprintf("%d %s %q", a.Code, a.Status.Reason, a.Status.Message)
+}
+
+// credentialIDExtra is the extra that kube-apiserver's x509 authenticator adds, the certificate's
+// SHA-256 fingerprint. Request-header authentication carries only the extras the proxy asserts.
+const credentialIDExtra = "authentication.kubernetes.io/credential-id"
+
+// withoutX509CredentialID is a without the x509 credential ID, the one part of a certificate's
+// identity that a front proxy does not assert.
+func (a reviewAnswer) withoutX509CredentialID() reviewAnswer {
+	ids := a.User.Extra[credentialIDExtra]
+	if len(ids) != 1 || !strings.HasPrefix(ids[0], "X509SHA256=") {
+		return a
+	}
+	a.User.Extra = maps.Clone(a.User.Extra)
+	delete(a.User.Extra, credentialIDExtra)
+	if len(a.User.Extra) == 0 {
+		a.User.Extra = nil
+	}
+	return a
+}
+
+// review posts a SelfSubjectReview and returns what the server answered.
+func review(t *testing.T, client *http.Client, baseURL string, header http.Header) reviewAnswer {
+	t.Helper()
+	resp := mustDo(t, client, http.MethodPost, baseURL+"/apis/authentication.k8s.io/v1/selfsubjectreviews", header,
+		[]byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`))
+	a := reviewAnswer{Code: resp.status}
+	if resp.status == http.StatusCreated {
+		var r struct {
+			Status struct {
+				UserInfo userInfo `json:"userInfo"`
+			} `json:"status"`
+		}
+		if err := json.Unmarshal(resp.body, &r); err != nil {
+			t.Fatalf("decoding the SelfSubjectReview: %v: %s", err, resp.body)
+		}
+		a.User = r.Status.UserInfo
+		if len(a.User.Extra) == 0 {
+			a.User.Extra = nil
+		}
+		return a
+	}
+	if err := json.Unmarshal(resp.body, &a.Status); err != nil || a.Status.Kind != "Status" {
+		t.Fatalf("SelfSubjectReview answered %d without a Status body: %q", resp.status, resp.body)
+	}
+	return a
+}
+
+// directClient talks to one API server of the cluster itself with c's credentials.
+func directClient(cluster *testcluster.Cluster, c credentials) *http.Client {
+	tr := &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs:      cluster.CAPool(),
+		ServerName:   testcluster.ServingServerName,
+		Certificates: c.certs,
+		MinVersion:   tls.VersionTLS12,
+	}, ForceAttemptHTTP2: !c.http1}
+	if c.http1 {
+		tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	}
+	return &http.Client{Timeout: 15 * time.Second, Transport: tr}
+}
+
+// gatewayClient talks to the gateway with c's credentials.
+func (g *skewgate) gatewayClient(c credentials) *http.Client {
+	client := g.client(c.certs...)
+	if c.http1 {
+		tr := client.Transport.(*http.Transport)
+		tr.ForceAttemptHTTP2 = false
+		tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	}
+	return client
+}
+
+// newClientCertificate issues a client certificate of the cluster CA for subject.
+func newClientCertificate(t *testing.T, cluster *testcluster.Cluster, subject pkix.Name) tls.Certificate {
+	t.Helper()
+	leaf, err := cluster.PKI().NewClient(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leaf.TLSCertificate()
+}
+
+// TestFrontProxyIdentityIsWhatTheAPIServerSeesDirectly sends SelfSubjectReviews with every kind
+// of credential through a front-proxy gateway in front of a cluster whose client CA is also its
+// request-header CA, where the front-proxy client certificate alone authenticates: each answer
+// is the one the same request gets from an API server directly. A token is the token's user, no
+// credentials are system:anonymous, a certificate is its CN and O groups, an invalid token is
+// 401, and a Connection header naming the identity headers changes nothing. A certificate the
+// gateway verified but cannot assert is refused with 401 rather than forwarded.
+func TestFrontProxyIdentityIsWhatTheAPIServerSeesDirectly(t *testing.T) {
+	cluster := sharedOneCA.get(t)
+	gw := startSkewgate(t, cluster, gatewayConfig{identityMode: frontProxyIdentity})
+	gw.waitSnapshot(t, "every server healthy in the gateway's snapshot", gatewayReadyTimeout, allHealthy(cluster))
+	pki := cluster.PKI()
+	// Directly, the front-proxy client certificate without identity headers is a user of its own:
+	// lent to a request the gateway does not assert, it would become that request's identity.
+	if got := whoAmI(t, directClient(cluster, credentials{certs: []tls.Certificate{cluster.FrontProxyClientCertificate()}}), cluster.Server(skewedUpgraded).URL, nil); got.Username != testcluster.FrontProxyClientName {
+		t.Fatalf("directly the front-proxy client certificate authenticates as %+v, want %s: the cluster does not share one CA", got, testcluster.FrontProxyClientName)
+	}
+	person := newClientCertificate(t, cluster, pkix.Name{CommonName: "skewgate-e2e-person", Organization: []string{"skewgate-e2e-team-a", "skewgate-e2e-team-b"}})
+	admin := []tls.Certificate{pki.Admin}
+	servers := len(cluster.Servers())
+
+	t.Run("same answer as directly", func(t *testing.T) {
+		for _, tc := range []struct {
+			name string
+			cred credentials
+		}{
+			{"bearer token", credentials{header: bearer(pki.UserToken)}},
+			{"admin bearer token", credentials{header: bearer(pki.AdminToken)}},
+			{"no credentials", credentials{}},
+			{"invalid bearer token", credentials{header: bearer("skewgate-e2e-not-a-token")}},
+			{"client certificate", credentials{certs: []tls.Certificate{person}}},
+			{"admin client certificate", credentials{certs: admin}},
+			{"client certificate and a bearer token", credentials{certs: []tls.Certificate{person}, header: bearer(pki.UserToken)}},
+			{"client certificate and an invalid bearer token", credentials{certs: []tls.Certificate{person}, header: bearer("skewgate-e2e-not-a-token")}},
+			{"Connection: X-Remote-User", credentials{certs: admin, header: http.Header{"Connection": {"X-Remote-User"}}, http1: true}},
+			{"Connection: X-Remote-Group", credentials{certs: admin, header: http.Header{"Connection": {"X-Remote-Group"}}, http1: true}},
+			{"Connection naming every identity header", credentials{certs: []tls.Certificate{person}, header: http.Header{"Connection": {"X-Remote-User, X-Remote-Group, X-Remote-Extra-Scope"}}, http1: true}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				direct := directClient(cluster, tc.cred)
+				defer direct.CloseIdleConnections()
+				through := gw.gatewayClient(tc.cred)
+				defer through.CloseIdleConnections()
+				want := review(t, direct, cluster.Server(skewedUpgraded).URL, tc.cred.header)
+				// Every server may answer through the gateway; each must see the same identity.
+				for range servers {
+					got := review(t, through, gw.URL, tc.cred.header)
+					expected := want
+					if got.User.Extra[credentialIDExtra] == nil {
+						expected = want.withoutX509CredentialID()
+					}
+					if !reflect.DeepEqual(got, expected) {
+						t.Fatalf("through skewgate: %s\ndirectly:        %s", got, want)
+					}
+				}
+				t.Logf("%s", want)
+			})
+		}
+	})
+
+	t.Run("verified certificate the gateway cannot assert is 401", func(t *testing.T) {
+		for _, tc := range []struct {
+			name    string
+			subject pkix.Name
+		}{
+			{"no common name", pkix.Name{Organization: []string{"system:masters"}}},
+			{"control character in the common name", pkix.Name{CommonName: "skewgate-e2e\nsystem:admin", Organization: []string{"system:masters"}}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				cred := credentials{certs: []tls.Certificate{newClientCertificate(t, cluster, tc.subject)}}
+				direct := directClient(cluster, cred)
+				defer direct.CloseIdleConnections()
+				through := gw.gatewayClient(cred)
+				defer through.CloseIdleConnections()
+				for range servers {
+					got := review(t, through, gw.URL, nil)
+					if got.Code != http.StatusUnauthorized || got.Status.Reason != "Unauthorized" || got.Status.Code != http.StatusUnauthorized {
+						t.Fatalf("through skewgate: %s, want 401 Unauthorized", got)
+					}
+				}
+				t.Logf("401 through skewgate; directly the server answers %s", review(t, direct, cluster.Server(skewedUpgraded).URL, nil))
+			})
+		}
+	})
+}
