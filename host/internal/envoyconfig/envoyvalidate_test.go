@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"regexp/syntax"
 	"slices"
 	"strings"
+	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -21,6 +23,7 @@ import (
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -449,36 +452,162 @@ func checkEarlyRemovals(hcm *hcmv3.HttpConnectionManager, routingHeader string) 
 	return nil
 }
 
-// checkRoutes requires a header-steered route first and a balanced default
-// route last, both without timeouts; it returns the steering header and the
-// default cluster.
+// checkRoutes requires the routes in pairs that match alike but for the
+// routing header, steered route first, with equal timeouts: none at all for
+// long-running requests, kube-apiserver's request timeout for the others. The
+// last pair must catch every request and time out. Every regex must load in
+// Envoy. It returns the steering header and the balanced cluster.
 func checkRoutes(rc *routev3.RouteConfiguration, routingHeader string) (steered, balanced string, err error) {
 	if !slices.Contains(rc.GetRequestHeadersToRemove(), routingHeader) {
 		return "", "", fmt.Errorf("routing header %q must not reach the API servers", routingHeader)
 	}
 	hosts := rc.GetVirtualHosts()
-	if len(hosts) != 1 || len(hosts[0].GetRoutes()) != 2 {
-		return "", "", errors.New("want one virtual host with two routes")
+	if len(hosts) != 1 {
+		return "", "", errors.New("want one virtual host")
 	}
-	first, last := hosts[0].GetRoutes()[0], hosts[0].GetRoutes()[1]
-	headers := first.GetMatch().GetHeaders()
-	if len(headers) != 1 || headers[0].GetName() != routingHeader || !headers[0].GetPresentMatch() {
-		return "", "", fmt.Errorf("first route must match presence of %q", routingHeader)
+	routes := hosts[0].GetRoutes()
+	if len(routes) == 0 || len(routes)%2 != 0 {
+		return "", "", fmt.Errorf("want routes in steered and balanced pairs, got %d routes", len(routes))
 	}
-	action := first.GetRoute()
-	if action.GetClusterHeader() == "" || action.GetClusterNotFoundResponseCode() != routev3.RouteAction_SERVICE_UNAVAILABLE {
-		return "", "", errors.New("first route must use cluster_header and answer 503 for unknown clusters")
-	}
-	if last.GetMatch().GetPrefix() != "/" || len(last.GetMatch().GetHeaders()) != 0 || last.GetRoute().GetCluster() == "" {
-		return "", "", errors.New("last route must send everything else to one cluster")
-	}
-	for _, r := range hosts[0].GetRoutes() {
-		a := r.GetRoute()
-		if a.GetTimeout() == nil || a.GetTimeout().AsDuration() != 0 || a.GetIdleTimeout() == nil || a.GetIdleTimeout().AsDuration() != 0 {
-			return "", "", fmt.Errorf("route %s must disable the request and idle timeouts for watches", r.GetName())
+	for i := 0; i < len(routes); i += 2 {
+		s, b := routes[i], routes[i+1]
+		match := proto.Clone(s.GetMatch()).(*routev3.RouteMatch)
+		at := slices.IndexFunc(match.GetHeaders(), func(h *routev3.HeaderMatcher) bool {
+			return h.GetName() == routingHeader && h.GetPresentMatch() && !h.GetInvertMatch()
+		})
+		if at < 0 {
+			return "", "", fmt.Errorf("route %s must match presence of %q", s.GetName(), routingHeader)
+		}
+		match.Headers = slices.Delete(match.Headers, at, at+1)
+		if !proto.Equal(match, b.GetMatch()) {
+			return "", "", fmt.Errorf("route %s must match as route %s but for the routing header", s.GetName(), b.GetName())
+		}
+		action := s.GetRoute()
+		if action.GetClusterHeader() != routingHeader || action.GetClusterNotFoundResponseCode() != routev3.RouteAction_SERVICE_UNAVAILABLE {
+			return "", "", fmt.Errorf("route %s must use cluster_header and answer 503 for unknown clusters", s.GetName())
+		}
+		if b.GetRoute().GetCluster() == "" || (balanced != "" && b.GetRoute().GetCluster() != balanced) {
+			return "", "", fmt.Errorf("route %s must send everything unsteered to the one balanced cluster", b.GetName())
+		}
+		balanced = b.GetRoute().GetCluster()
+		sTimeouts, sLong, err := routeTimeouts(s)
+		if err != nil {
+			return "", "", err
+		}
+		bTimeouts, _, err := routeTimeouts(b)
+		if err != nil {
+			return "", "", err
+		}
+		if sTimeouts != bTimeouts {
+			return "", "", fmt.Errorf("routes %s and %s must have the same timeouts", s.GetName(), b.GetName())
+		}
+		if last := i == len(routes)-2; last {
+			m := b.GetMatch()
+			if m.GetPrefix() != "/" || len(m.GetHeaders()) != 0 || len(m.GetQueryParameters()) != 0 {
+				return "", "", errors.New("the last routes must catch every request")
+			}
+			if sLong {
+				return "", "", fmt.Errorf("the catch-all routes must time out after %s", requestTimeout)
+			}
 		}
 	}
-	return action.GetClusterHeader(), last.GetRoute().GetCluster(), nil
+	if err := checkRouteRegexes(rc); err != nil {
+		return "", "", err
+	}
+	return routingHeader, balanced, nil
+}
+
+// routeTimeouts describes a route's timeouts; long is true when the route
+// disables both the route and the stream idle timeout.
+func routeTimeouts(r *routev3.Route) (desc string, long bool, err error) {
+	a := r.GetRoute()
+	want, err := time.ParseDuration(requestTimeout)
+	if err != nil {
+		return "", false, err
+	}
+	switch {
+	case a.GetTimeout() != nil && a.GetTimeout().AsDuration() == 0 && a.GetIdleTimeout() != nil && a.GetIdleTimeout().AsDuration() == 0:
+		return "none", true, nil
+	case a.GetTimeout() != nil && a.GetTimeout().AsDuration() == want && a.GetIdleTimeout() == nil:
+		return requestTimeout, false, nil
+	}
+	return "", false, fmt.Errorf("route %s must either disable the route and idle timeouts (long-running) or time out after %s, got timeout %v and idle_timeout %v",
+		r.GetName(), requestTimeout, a.GetTimeout().AsDuration(), a.GetIdleTimeout().AsDuration())
+}
+
+// maxRegexInstructions bounds the Go-compiled size of a route regex. Envoy
+// refuses a regex whose RE2 program exceeds 100 instructions
+// (re2.max_program_size.error_level). For a pattern whose classes are all
+// ASCII, RE2 counts each class as one instruction, as Go does, plus a few for
+// its unanchored search; non-ASCII classes, '.' included, cost RE2 a dozen
+// instructions each for their UTF-8 byte sequences, so they are refused.
+const maxRegexInstructions = 85
+
+// checkRouteRegexes applies maxRegexInstructions to every regex in rc.
+func checkRouteRegexes(rc *routev3.RouteConfiguration) error {
+	var errs []error
+	eachMessage(rc.ProtoReflect(), func(m protoreflect.Message) {
+		rm, ok := m.Interface().(*matcherv3.RegexMatcher)
+		if !ok {
+			return
+		}
+		if err := checkRegexSize(rm.GetRegex()); err != nil {
+			errs = append(errs, fmt.Errorf("regex %q: %w", rm.GetRegex(), err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func checkRegexSize(regex string) error {
+	re, err := syntax.Parse(regex, syntax.Perl)
+	if err != nil {
+		return err
+	}
+	var nonASCII bool
+	var walk func(*syntax.Regexp)
+	walk = func(r *syntax.Regexp) {
+		switch r.Op {
+		case syntax.OpAnyChar, syntax.OpAnyCharNotNL:
+			nonASCII = true
+		case syntax.OpCharClass:
+			nonASCII = nonASCII || r.Rune[len(r.Rune)-1] > 0x7f
+		case syntax.OpLiteral:
+			nonASCII = nonASCII || slices.ContainsFunc(r.Rune, func(c rune) bool { return c > 0x7f })
+		}
+		for _, sub := range r.Sub {
+			walk(sub)
+		}
+	}
+	walk(re)
+	if nonASCII {
+		return errors.New("matches non-ASCII characters, which RE2 compiles to large programs")
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return err
+	}
+	if len(prog.Inst) > maxRegexInstructions {
+		return fmt.Errorf("compiles to %d instructions, more than %d fit Envoy's RE2 program size limit", len(prog.Inst), maxRegexInstructions)
+	}
+	return nil
+}
+
+// eachMessage calls fn for m and every message nested in it.
+func eachMessage(m protoreflect.Message, fn func(protoreflect.Message)) {
+	fn(m)
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Message() == nil || fd.IsMap() {
+			return true
+		}
+		if fd.IsList() {
+			for i := 0; i < v.List().Len(); i++ {
+				eachMessage(v.List().Get(i).Message(), fn)
+			}
+			return true
+		}
+		eachMessage(v.Message(), fn)
+		return true
+	})
 }
 
 func checkCluster(c *clusterv3.Cluster, mode IdentityMode) error {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -241,6 +242,10 @@ func (s *Spec) httpConnectionManager(pluginFilter object) object {
 }
 
 func (s *Spec) routeConfig() object {
+	routes := make(list, 0, 2*len(routeClasses))
+	for _, c := range routeClasses {
+		routes = append(routes, s.route(c, true), s.route(c, false))
+	}
 	return object{
 		{"name", routeConfigName},
 		// The API servers need not see where the plugin steered.
@@ -248,37 +253,109 @@ func (s *Spec) routeConfig() object {
 		{"virtual_hosts", list{object{
 			{"name", "apiserver"},
 			{"domains", list{"*"}},
-			{"routes", list{
-				object{
-					{"name", "steered"},
-					{"match", object{
-						{"prefix", "/"},
-						{"headers", list{object{{"name", s.RoutingHeader}, {"present_match", true}}}},
-					}},
-					{"route", longLivedRoute(object{
-						{"cluster_header", s.RoutingHeader},
-						// Explicit because Envoy's documentation (404) and the
-						// enum default (503) disagree; a steer to a server that
-						// just went away is a transient unavailability.
-						{"cluster_not_found_response_code", "SERVICE_UNAVAILABLE"},
-					})},
-				},
-				object{
-					{"name", "balanced"},
-					{"match", object{{"prefix", "/"}}},
-					{"route", longLivedRoute(object{{"cluster", s.AllServersCluster}})},
-				},
-			}},
+			{"routes", routes},
 		}}},
 	}
 }
 
-// longLivedRoute disables the route timeout and the stream idle timeout:
-// watches last up to an hour and may be silent throughout, and exec or
-// port-forward sessions idle for as long as the user likes. Dead peers are
-// detected by TCP and HTTP/2 keepalives instead.
-func longLivedRoute(action object) object {
-	return append(action, field{"timeout", "0s"}, field{"idle_timeout", "0s"})
+// requestTimeout is kube-apiserver's --request-timeout default: the deadline
+// for a request that is not long-running, so one sent to a server that stopped
+// answering fails instead of hanging.
+const requestTimeout = "60s"
+
+// A routeClass is a set of requests with the same timeouts. Each is rendered
+// twice, steered by the routing header and balanced, and the first class that
+// matches a request wins.
+type routeClass struct {
+	name        string
+	path        field // the path specifier
+	headers     list
+	query       list
+	longRunning bool
+}
+
+// Long-running requests follow kube-apiserver's BasicLongRunningRequestCheck
+// (verbs watch and proxy; subresources attach, exec, proxy, log and
+// portforward; non-resource paths under /debug/pprof/) as far as Envoy can
+// tell them from the request. A request is long-running when
+//   - its path is /api/V or /apis/G/V, optionally /namespaces/NS, then
+//     /RESOURCE/NAME/SUBRESOURCE[/...] with one of those subresources;
+//   - its path is /api/V/watch/... or /api/V/proxy/... (or the same under
+//     /apis/G/V), the verb prefixes;
+//   - its path starts with /debug/pprof/;
+//   - it is an upgrade (WebSocket or SPDY, exec/attach/port-forward clients);
+//   - or its first watch query parameter is neither "0" nor "false" in any
+//     case, kube's reading of a boolean query parameter.
+//
+// Every other request is not long-running. Path segments are matched as
+// printable ASCII, which keeps each regex small for RE2's program size limit
+// (normalize_path leaves no other bytes in a path). The approximation errs
+// only towards long-running, withholding a deadline: a namespaced resource
+// itself named like one of the subresources (/api/v1/namespaces/NS/log)
+// matches too.
+var routeClasses = []routeClass{
+	{name: "subresource", path: safeRegexPath(apiPrefixRegex + `(?:/namespaces/` + segmentRegex + `)?/` + segmentRegex + `/` + segmentRegex +
+		`/(?:exec|attach|portforward|proxy|log)(?:/[!-~]*)?`), longRunning: true},
+	{name: "verb-path", path: safeRegexPath(apiPrefixRegex + `/(?:watch|proxy)/[!-~]+`), longRunning: true},
+	{name: "profiling", path: field{"prefix", "/debug/pprof/"}, longRunning: true},
+	{name: "upgrade", path: field{"prefix", "/"}, headers: list{presentHeader("upgrade")}, longRunning: true},
+	{name: "not-watch", path: field{"prefix", "/"}, query: list{object{
+		{"name", "watch"},
+		{"string_match", object{{"safe_regex", object{{"regex", `0|(?i:false)`}}}}},
+	}}},
+	{name: "watch", path: field{"prefix", "/"}, query: list{object{{"name", "watch"}, {"present_match", true}}}, longRunning: true},
+	{name: "default", path: field{"prefix", "/"}},
+}
+
+const (
+	// segmentRegex is one path segment: printable ASCII but '/'.
+	segmentRegex = `[!-.0-~]+`
+	// apiPrefixRegex is the group-version prefix of every resource path.
+	apiPrefixRegex = `/api(?:/` + segmentRegex + `|s/` + segmentRegex + `/` + segmentRegex + `)`
+)
+
+func safeRegexPath(regex string) field {
+	return field{"safe_regex", object{{"regex", regex}}}
+}
+
+func presentHeader(name string) object {
+	return object{{"name", name}, {"present_match", true}}
+}
+
+func (s *Spec) route(c routeClass, steered bool) object {
+	name := c.name + "-balanced"
+	headers := c.headers
+	action := object{{"cluster", s.AllServersCluster}}
+	if steered {
+		name = c.name + "-steered"
+		headers = append(slices.Clone(headers), presentHeader(s.RoutingHeader))
+		action = object{
+			{"cluster_header", s.RoutingHeader},
+			// Explicit because Envoy's documentation (404) and the enum
+			// default (503) disagree; a steer to a server that just went away
+			// is a transient unavailability.
+			{"cluster_not_found_response_code", "SERVICE_UNAVAILABLE"},
+		}
+	}
+	match := object{c.path}
+	if len(headers) > 0 {
+		match = append(match, field{"headers", headers})
+	}
+	if len(c.query) > 0 {
+		match = append(match, field{"query_parameters", c.query})
+	}
+	if c.longRunning {
+		// Watches last up to an hour and may be silent throughout, and exec
+		// or port-forward sessions idle for as long as the user likes: no
+		// route timeout and no stream idle timeout. Dead peers are detected
+		// by TCP and HTTP/2 keepalives instead.
+		action = append(action, field{"timeout", "0s"}, field{"idle_timeout", "0s"})
+	} else {
+		// The connection manager's stream idle timeout (5 min) still bounds a
+		// client that stalls while sending.
+		action = append(action, field{"timeout", requestTimeout})
+	}
+	return object{{"name", name}, {"match", match}, {"route", action}}
 }
 
 func (s *Spec) cluster(name, lbPolicy string, servers []Server) object {

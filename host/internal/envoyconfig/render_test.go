@@ -339,6 +339,10 @@ func hcmOf(doc map[string]any) map[string]any {
 	return asMap(dig(doc, "static_resources", "listeners", 0, "filter_chains", 0, "filters", 0, "typed_config"))
 }
 
+func routesOf(doc map[string]any) []any {
+	return dig(hcmOf(doc), "route_config", "virtual_hosts", 0, "routes").([]any)
+}
+
 func firstCluster(doc map[string]any) map[string]any {
 	return asMap(dig(doc, "static_resources", "clusters", 0))
 }
@@ -416,9 +420,47 @@ func TestValidatorRejectsBrokenBootstraps(t *testing.T) {
 		{name: "not-found code left to the default", edit: func(d map[string]any) {
 			delete(asMap(dig(hcmOf(d), "route_config", "virtual_hosts", 0, "routes", 0, "route")), "cluster_not_found_response_code")
 		}, want: "explicitly"},
-		{name: "default route times out", edit: func(d map[string]any) {
-			delete(asMap(dig(hcmOf(d), "route_config", "virtual_hosts", 0, "routes", 1, "route")), "timeout")
+		{name: "long-running route left to the default timeout", edit: func(d map[string]any) {
+			delete(asMap(dig(routesOf(d)[1], "route")), "timeout")
 		}, want: "timeouts"},
+		{name: "steered and balanced twins with different timeouts", edit: func(d map[string]any) {
+			route := asMap(dig(routesOf(d)[0], "route"))
+			route["timeout"] = requestTimeout
+			delete(route, "idle_timeout")
+		}, want: "the same timeouts"},
+		{name: "catch-all routes without a timeout", edit: func(d map[string]any) {
+			routes := routesOf(d)
+			for _, r := range routes[len(routes)-2:] {
+				asMap(asMap(r)["route"])["timeout"] = "0s"
+				asMap(asMap(r)["route"])["idle_timeout"] = "0s"
+			}
+		}, want: "catch-all routes must time out"},
+		{name: "no catch-all routes", edit: func(d map[string]any) {
+			vhost := asMap(dig(hcmOf(d), "route_config", "virtual_hosts", 0))
+			vhost["routes"] = routesOf(d)[:len(routesOf(d))-2]
+		}, want: "catch every request"},
+		{name: "routes not in pairs", edit: func(d map[string]any) {
+			vhost := asMap(dig(hcmOf(d), "route_config", "virtual_hosts", 0))
+			vhost["routes"] = routesOf(d)[:len(routesOf(d))-1]
+		}, want: "pairs"},
+		{name: "steered route matching other paths than its balanced twin", edit: func(d map[string]any) {
+			asMap(dig(routesOf(d)[0], "match", "safe_regex"))["regex"] = "/api/v1/.+"
+		}, want: "but for the routing header"},
+		{name: "unsteered requests balanced over another cluster", edit: func(d map[string]any) {
+			asMap(dig(routesOf(d)[1], "route"))["cluster"] = "apiserver-a"
+		}, want: "one balanced cluster"},
+		{name: "route regex matching any character", edit: func(d map[string]any) {
+			for _, r := range routesOf(d)[:2] {
+				asMap(dig(r, "match", "safe_regex"))["regex"] = "/api/.+/exec"
+			}
+		}, want: "non-ASCII"},
+		// RE2 compiles this one to 110 instructions.
+		{name: "route regex beyond RE2's program size limit", edit: func(d map[string]any) {
+			for _, r := range routesOf(d)[:2] {
+				asMap(dig(r, "match", "safe_regex"))["regex"] = `/api(?:/[a-z0-9]+|s/[a-z0-9.]+/[a-z0-9]+)(?:/namespaces/[a-z0-9-]+)?/[a-z0-9.]+/[a-z0-9.-]+` +
+					`/(?:exec|attach|portforward|proxy|log|status|scale|binding|eviction)(?:/[!-~]*)?`
+			}
+		}, want: "instructions"},
 		{name: "admin reachable from the network", edit: func(d map[string]any) {
 			asMap(dig(d, "admin", "address", "socket_address"))["address"] = "0.0.0.0"
 		}, want: "admin"},
