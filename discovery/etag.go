@@ -11,7 +11,7 @@ func ETag(l GroupList) string {
 	// Hashing the encoding as it is written keeps the buffer at a few groups'
 	// size instead of growing it to the whole document.
 	const flushAt = 4 << 10
-	h := newSHA512()
+	h := NewSHA512()
 	buf := l.appendJSON(make([]byte, 0, 2*flushAt), false, func(b []byte) []byte {
 		if len(b) < flushAt {
 			return b

@@ -14,7 +14,7 @@ func TestSHA512MatchesCryptoSHA512(t *testing.T) {
 			data[i] = byte(rng.Uint32())
 		}
 		// Feed in random chunk sizes so that block boundaries fall everywhere.
-		d := newSHA512()
+		d := NewSHA512()
 		for rest := data; len(rest) > 0; {
 			n := min(len(rest), rng.IntN(300))
 			d.Write(rest[:n])
