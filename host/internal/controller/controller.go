@@ -33,6 +33,9 @@ type Controller struct {
 	metrics *metrics
 	notices *notices
 	running atomic.Bool
+	// frontProxyCheckDue is set while the front-proxy certificate has not
+	// been checked (Options.CheckFrontProxyCertificate).
+	frontProxyCheckDue atomic.Bool
 
 	// Touched only by Run's goroutine (and, during a probe, each server's own
 	// goroutine for its serverState).
@@ -111,6 +114,7 @@ func New(opts Options) (*Controller, error) {
 		notices: newNotices(o.Logger),
 		servers: map[string]*serverState{},
 	}
+	c.frontProxyCheckDue.Store(o.CheckFrontProxyCertificate)
 	listers := o.Cluster
 	if listers == nil && o.RESTConfig != nil {
 		if listers, err = clusterListersFor(o.RESTConfig); err != nil {
@@ -224,6 +228,9 @@ func (c *Controller) poll(ctx context.Context, full bool) {
 		c.reconcileMembers(time.Now())
 	}
 	c.probeAll(ctx, full)
+	if full {
+		c.checkFrontProxyCertificate(ctx)
+	}
 	if ctx.Err() != nil {
 		return
 	}

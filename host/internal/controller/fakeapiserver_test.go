@@ -73,6 +73,10 @@ type fakeAPIServer struct {
 	lastReadyOK   time.Time
 	authFailures  int
 	lastHeaders   map[string]http.Header
+	// certificateUser answers a SelfSubjectReview that presents only a client
+	// certificate: "" refuses it with 401, system:anonymous forbids it as
+	// an anonymous request does, anything else is the user it authenticates as.
+	certificateUser string
 }
 
 // fakeServerOption adjusts a fake API server before it starts.
@@ -135,6 +139,10 @@ func (f *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer f.mu.Unlock()
 	f.requests[r.URL.Path]++
 	f.lastHeaders[r.URL.Path] = r.Header.Clone()
+	if r.URL.Path == pathSelfSubjectReviews && r.Method == http.MethodPost && r.Header.Get("X-Remote-User") == "" {
+		f.reviewCertificate(w, r)
+		return
+	}
 	if !f.authenticated(r) {
 		f.authFailures++
 		http.Error(w, "Unauthorized", http.StatusUnauthorized)
@@ -204,6 +212,33 @@ func (f *fakeAPIServer) stalledCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.stalledReadyz
+}
+
+// reviewCertificate answers a SelfSubjectReview as kube-apiserver's x509
+// authenticator would for a request with a client certificate and nothing
+// else.
+func (f *fakeAPIServer) reviewCertificate(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	switch {
+	case r.TLS == nil || len(r.TLS.PeerCertificates) == 0 || f.certificateUser == "":
+		w.WriteHeader(http.StatusUnauthorized)
+		w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}`))
+	case f.certificateUser == anonymousUser:
+		w.WriteHeader(http.StatusForbidden)
+		w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"selfsubjectreviews.authentication.k8s.io is forbidden: User \"system:anonymous\" cannot create resource \"selfsubjectreviews\" in API group \"authentication.k8s.io\" at the cluster scope","reason":"Forbidden","code":403}`))
+	default:
+		w.WriteHeader(http.StatusCreated)
+		json.NewEncoder(w).Encode(map[string]any{
+			"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
+			"status": map[string]any{"userInfo": map[string]any{"username": f.certificateUser, "groups": []string{"system:authenticated"}}},
+		})
+	}
+}
+
+func (f *fakeAPIServer) setCertificateUser(user string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.certificateUser = user
 }
 
 func (f *fakeAPIServer) setReady(ready bool) {

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net"
 	"net/http"
@@ -78,20 +80,25 @@ type response struct {
 }
 
 func (f *fetcher) get(ctx context.Context, address, path, accept, ifNoneMatch string) (response, *fetchError) {
+	header := http.Header{"Accept": {accept}}
+	if ifNoneMatch != "" {
+		header.Set("If-None-Match", ifNoneMatch)
+	}
+	maps.Copy(header, f.client.identity)
+	return f.do(ctx, http.MethodGet, address, path, nil, header)
+}
+
+// do sends one request with exactly the given headers and reads its answer,
+// bounded in time and size.
+func (f *fetcher) do(ctx context.Context, method, address, path string, body []byte, header http.Header) (response, *fetchError) {
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+address+path, nil)
+	req, err := http.NewRequestWithContext(ctx, method, "https://"+address+path, bytes.NewReader(body))
 	if err != nil {
 		return response{}, &fetchError{path, reasonUnreachable, err}
 	}
-	for k, v := range f.client.identity {
-		req.Header[k] = v
-	}
-	req.Header.Set("Accept", accept)
+	req.Header = header
 	req.Header.Set("User-Agent", "skewgate-controller")
-	if ifNoneMatch != "" {
-		req.Header.Set("If-None-Match", ifNoneMatch)
-	}
 	resp, err := f.client.http.Do(req)
 	if err != nil {
 		return response{}, &fetchError{path, transportReason(err), err}

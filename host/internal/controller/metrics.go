@@ -23,6 +23,8 @@ type metrics struct {
 	serversHealthy   int
 	snapshotServers  int
 	lastSuccess      time.Time
+	// frontProxyIsUser is the outcome of the front-proxy certificate check.
+	frontProxyIsUser bool
 }
 
 type fetchErrorKey struct {
@@ -71,6 +73,12 @@ func (m *metrics) servers(known, healthy int) {
 	m.mu.Unlock()
 }
 
+func (m *metrics) frontProxyCertificateIsUser(isUser bool) {
+	m.mu.Lock()
+	m.frontProxyIsUser = isUser
+	m.mu.Unlock()
+}
+
 func (m *metrics) pollSucceeded(at time.Time) {
 	m.mu.Lock()
 	m.lastSuccess = at
@@ -85,6 +93,7 @@ func (c *Controller) WritePrometheus(w io.Writer) error {
 	errs := maps.Clone(m.fetchErrors)
 	publishErrors, invalid, generation := m.publishErrors, m.invalidSnapshots, m.generation
 	known, healthy, inSnapshot, lastSuccess := m.serversKnown, m.serversHealthy, m.snapshotServers, m.lastSuccess
+	frontProxyIsUser := m.frontProxyIsUser
 	m.mu.Unlock()
 
 	pw := promtext.NewWriter(w)
@@ -120,5 +129,12 @@ func (c *Controller) WritePrometheus(w io.Writer) error {
 		ts = strconv.FormatFloat(float64(lastSuccess.UnixMilli())/1e3, 'f', 3, 64)
 	}
 	sample("skewgate_controller_last_successful_poll_timestamp_seconds", ts)
+	header("skewgate_controller_front_proxy_certificate_authenticates", "gauge",
+		"1 when an API server authenticated the front-proxy client certificate alone, without X-Remote-User, as a user: its --client-ca-file trusts it.")
+	isUser := "0"
+	if frontProxyIsUser {
+		isUser = "1"
+	}
+	sample("skewgate_controller_front_proxy_certificate_authenticates", isUser)
 	return pw.Flush()
 }

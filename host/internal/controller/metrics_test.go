@@ -20,6 +20,7 @@ func TestWritePrometheusExposesEveryMetricInTextFormat(t *testing.T) {
 	m.published(7, 2)
 	m.servers(3, 2)
 	m.pollSucceeded(time.UnixMilli(1767225600123))
+	m.frontProxyCertificateIsUser(true)
 
 	var out strings.Builder
 	if err := c.WritePrometheus(&out); err != nil {
@@ -51,6 +52,9 @@ skewgate_controller_servers_healthy 2
 # HELP skewgate_controller_last_successful_poll_timestamp_seconds End of the last poll after which at least one server was healthy and the published snapshot was up to date.
 # TYPE skewgate_controller_last_successful_poll_timestamp_seconds gauge
 skewgate_controller_last_successful_poll_timestamp_seconds 1767225600.123
+# HELP skewgate_controller_front_proxy_certificate_authenticates 1 when an API server authenticated the front-proxy client certificate alone, without X-Remote-User, as a user: its --client-ca-file trusts it.
+# TYPE skewgate_controller_front_proxy_certificate_authenticates gauge
+skewgate_controller_front_proxy_certificate_authenticates 1
 `
 	if got := out.String(); got != want {
 		t.Errorf("exposition differs:\n--- got\n%s--- want\n%s", got, want)

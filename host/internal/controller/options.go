@@ -68,6 +68,12 @@ type Options struct {
 	// certificate; with them the controller identifies as RemoteUser.
 	FrontProxyCertFile string
 	FrontProxyKeyFile  string
+	// CheckFrontProxyCertificate makes the controller ask a healthy server,
+	// once per certificate, whether the front-proxy client certificate alone
+	// (without X-Remote-User) authenticates as a user, and warn if it does.
+	// Set it when the certificate also carries clients' asserted identities
+	// (front-proxy identity mode).
+	CheckFrontProxyCertificate bool
 
 	// PollInterval is how often every server's documents are refreshed.
 	PollInterval time.Duration
@@ -115,6 +121,9 @@ func (o Options) complete() (Options, error) {
 	}
 	if (o.FrontProxyCertFile == "") != (o.FrontProxyKeyFile == "") {
 		return o, errors.New("controller: FrontProxyCertFile and FrontProxyKeyFile must be given together")
+	}
+	if o.CheckFrontProxyCertificate && o.FrontProxyCertFile == "" {
+		return o, errors.New("controller: CheckFrontProxyCertificate needs FrontProxyCertFile and FrontProxyKeyFile")
 	}
 	if o.FrontProxyCertFile == "" && o.RESTConfig == nil {
 		return o, errors.New("controller: no credentials for the API servers: give FrontProxyCertFile and FrontProxyKeyFile, or a RESTConfig")

@@ -31,6 +31,10 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		{"no servers", func(o *Options) { o.StaticServers = nil }, "no API servers"},
 		{"certificate without key", func(o *Options) { o.FrontProxyKeyFile = "" }, "must be given together"},
 		{"no credentials", func(o *Options) { o.FrontProxyCertFile, o.FrontProxyKeyFile = "", "" }, "no credentials"},
+		{"certificate check without a certificate", func(o *Options) {
+			o.FrontProxyCertFile, o.FrontProxyKeyFile = "", ""
+			o.CheckFrontProxyCertificate = true
+		}, "CheckFrontProxyCertificate needs FrontProxyCertFile"},
 		{"key does not match", func(o *Options) { o.FrontProxyKeyFile = notPEM }, "front-proxy certificate"},
 		{"plain http", func(o *Options) { o.StaticServers = []string{"http://10.0.0.1:6443"} }, "must be an https:// URL"},
 		{"path after port", func(o *Options) { o.StaticServers = []string{"https://10.0.0.1:6443/apis"} }, "nothing after the port"},
