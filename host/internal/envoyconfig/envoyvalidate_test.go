@@ -32,6 +32,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"sigs.k8s.io/yaml"
+
+	"github.com/skewgate/skewgate/discovery"
 )
 
 // envoyTypes resolves exactly the typed configs skewgate's documents may use,
@@ -318,20 +320,35 @@ func checkBootstrap(doc []byte, ecdsWasm *wasmfilterv3.Wasm) error {
 	if err != nil {
 		return err
 	}
+	mode := IdentityMode(plugin.IdentityMode)
 	clusters := map[string]*clusterv3.Cluster{}
+	var perServer int
 	for _, c := range b.GetStaticResources().GetClusters() {
-		if err := checkCluster(c, IdentityMode(plugin.IdentityMode)); err != nil {
+		if err := checkCluster(c, mode); err != nil {
 			return fmt.Errorf("cluster %s: %w", c.GetName(), err)
 		}
 		clusters[c.GetName()] = c
+		if c.GetName() != balanced && !strings.HasSuffix(c.GetName(), discovery.FrontProxyClusterSuffix) {
+			perServer++
+		}
 	}
 	if all := clusters[balanced]; all == nil || len(all.GetLoadAssignment().GetEndpoints()) != 1 ||
-		len(all.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()) != len(clusters)-1 {
+		len(all.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()) != perServer {
 		return fmt.Errorf("the default route's cluster %q must exist and hold every API server", balanced)
+	}
+	for name, c := range clusters {
+		if base, ok := strings.CutSuffix(name, discovery.FrontProxyClusterSuffix); ok {
+			if err := checkFrontProxyTwin(clusters[base], c); err != nil {
+				return fmt.Errorf("cluster %s: %w", name, err)
+			}
+		}
 	}
 	for _, srv := range plugin.Snapshot.Servers {
 		if c := clusters[srv.Cluster]; c == nil || srv.Cluster == balanced {
 			return fmt.Errorf("snapshot server %s steers to %q, which is not a per-server cluster", srv.ID, srv.Cluster)
+		}
+		if twin := srv.Cluster + discovery.FrontProxyClusterSuffix; mode == IdentityFrontProxy && clusters[twin] == nil {
+			return fmt.Errorf("snapshot server %s has no cluster %q for the requests whose identity the plugin asserts", srv.ID, twin)
 		}
 	}
 	if steered != plugin.RoutingHeader {
@@ -610,6 +627,37 @@ func eachMessage(m protoreflect.Message, fn func(protoreflect.Message)) {
 	})
 }
 
+// checkFrontProxyTwin requires that the front-proxy cluster of a server
+// differs from the server's plain cluster in its name and client certificate
+// only.
+func checkFrontProxyTwin(plain, frontProxy *clusterv3.Cluster) error {
+	if plain == nil {
+		return errors.New("no plain cluster of the same server")
+	}
+	plainTLS, err := unpack[*tlsv3.UpstreamTlsContext](plain.GetTransportSocket().GetTypedConfig())
+	if err != nil {
+		return err
+	}
+	frontProxyTLS, err := unpack[*tlsv3.UpstreamTlsContext](frontProxy.GetTransportSocket().GetTypedConfig())
+	if err != nil {
+		return err
+	}
+	if frontProxyTLS.GetCommonTlsContext() != nil {
+		frontProxyTLS.CommonTlsContext.TlsCertificates = nil
+	}
+	a, b := proto.Clone(plain).(*clusterv3.Cluster), proto.Clone(frontProxy).(*clusterv3.Cluster)
+	for _, c := range []*clusterv3.Cluster{a, b} {
+		c.Name, c.TransportSocket = "", nil
+		if c.LoadAssignment != nil {
+			c.LoadAssignment.ClusterName = ""
+		}
+	}
+	if !proto.Equal(a, b) || !proto.Equal(plainTLS, frontProxyTLS) {
+		return fmt.Errorf("differs from cluster %s beyond its name and client certificate", plain.GetName())
+	}
+	return nil
+}
+
 func checkCluster(c *clusterv3.Cluster, mode IdentityMode) error {
 	tls, err := unpack[*tlsv3.UpstreamTlsContext](c.GetTransportSocket().GetTypedConfig())
 	if err != nil {
@@ -627,8 +675,17 @@ func checkCluster(c *clusterv3.Cluster, mode IdentityMode) error {
 		return fmt.Errorf("SAN check %v, want DNS %s", sans, APIServerSNI)
 	case common.GetTlsParams().GetTlsMinimumProtocolVersion() != tlsv3.TlsParameters_TLSv1_2:
 		return errors.New("upstream TLS minimum must be TLSv1_2")
-	case (len(common.GetTlsCertificates()) == 1) != (mode == IdentityFrontProxy):
-		return fmt.Errorf("%d client certificates in %s identity mode", len(common.GetTlsCertificates()), mode)
+	}
+	// Only the clusters of asserted identities present the front-proxy
+	// certificate, and only in front-proxy mode.
+	frontProxy := strings.HasSuffix(c.GetName(), discovery.FrontProxyClusterSuffix)
+	if frontProxy && mode != IdentityFrontProxy {
+		return fmt.Errorf("a front-proxy cluster in %s identity mode", mode)
+	}
+	if got := len(common.GetTlsCertificates()); got != 0 && !frontProxy {
+		return fmt.Errorf("%d client certificates on a cluster for requests whose identity the plugin does not assert", got)
+	} else if got != 1 && frontProxy {
+		return fmt.Errorf("%d client certificates on a front-proxy cluster, want the front-proxy certificate", got)
 	}
 	options, err := unpack[*upstreamhttpv3.HttpProtocolOptions](c.GetTypedExtensionProtocolOptions()[httpProtocolOptionsKey])
 	if err != nil {

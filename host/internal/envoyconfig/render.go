@@ -6,6 +6,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/skewgate/skewgate/discovery"
 )
 
 // Type URLs of every typed config the rendered documents use.
@@ -120,11 +122,17 @@ func wasmFilterConfig(pluginConfigJSON []byte, wasmPath string) (object, error) 
 }
 
 func (s *Spec) bootstrap(pluginFilter object) object {
-	clusters := make(list, 0, len(s.Servers)+1)
+	clusters := make(list, 0, 2*len(s.Servers)+1)
 	for _, srv := range s.Servers {
-		clusters = append(clusters, s.cluster(srv.Cluster, "ROUND_ROBIN", []Server{srv}))
+		clusters = append(clusters, s.cluster(srv.Cluster, "ROUND_ROBIN", []Server{srv}, false))
+		// The API servers authenticate the front-proxy certificate, and may
+		// even map it to a user of its own, so only the requests whose
+		// identity the plugin asserts go where it is presented.
+		if s.IdentityMode == IdentityFrontProxy {
+			clusters = append(clusters, s.cluster(srv.Cluster+discovery.FrontProxyClusterSuffix, "ROUND_ROBIN", []Server{srv}, true))
+		}
 	}
-	clusters = append(clusters, s.cluster(s.AllServersCluster, "LEAST_REQUEST", s.Servers))
+	clusters = append(clusters, s.cluster(s.AllServersCluster, "LEAST_REQUEST", s.Servers, false))
 	return object{
 		{"node", object{{"id", s.NodeID}, {"cluster", s.NodeID}}},
 		{"admin", object{{"address", socketAddress("127.0.0.1", s.AdminPort)}}},
@@ -358,7 +366,7 @@ func (s *Spec) route(c routeClass, steered bool) object {
 	return object{{"name", name}, {"match", match}, {"route", action}}
 }
 
-func (s *Spec) cluster(name, lbPolicy string, servers []Server) object {
+func (s *Spec) cluster(name, lbPolicy string, servers []Server, frontProxy bool) object {
 	discovery := "STRICT_DNS"
 	if allIPs(servers) {
 		discovery = "STATIC"
@@ -403,7 +411,7 @@ func (s *Spec) cluster(name, lbPolicy string, servers []Server) object {
 		}}}},
 		{"transport_socket", object{
 			{"name", "envoy.transport_sockets.tls"},
-			{"typed_config", s.upstreamTLS()},
+			{"typed_config", s.upstreamTLS(frontProxy)},
 		}},
 		{"health_checks", list{object{
 			{"timeout", "2s"},
@@ -432,11 +440,13 @@ func (s *Spec) cluster(name, lbPolicy string, servers []Server) object {
 	}
 }
 
-func (s *Spec) upstreamTLS() object {
+// upstreamTLS verifies the API server and, for a front-proxy cluster only,
+// presents the front-proxy client certificate.
+func (s *Spec) upstreamTLS(frontProxy bool) object {
 	common := object{
 		{"tls_params", object{{"tls_minimum_protocol_version", "TLSv1_2"}}},
 	}
-	if s.IdentityMode == IdentityFrontProxy {
+	if frontProxy {
 		common = append(common, field{"tls_certificates", list{certificate(s.FrontProxyCertPath, s.FrontProxyKeyPath)}})
 	}
 	common = append(common, field{"validation_context", object{

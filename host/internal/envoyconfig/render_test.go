@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,8 +16,11 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
+
+	"github.com/skewgate/skewgate/discovery"
 )
 
 var update = flag.Bool("update", false, "rewrite the rendered files in plugin/envoy from the example spec")
@@ -178,6 +182,36 @@ func TestPassthroughModePresentsNoClientCertificateUpstream(t *testing.T) {
 	}
 }
 
+// TestFrontProxyCertificateOnlyOnTheFrontProxyClusters: the API servers may
+// authenticate the front-proxy certificate by itself, so only the clusters the
+// plugin names for asserted identities present it.
+func TestFrontProxyCertificateOnlyOnTheFrontProxyClusters(t *testing.T) {
+	spec := exampleSpec()
+	doc, err := Render(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certificates := map[string][]string{}
+	for _, c := range decodeBootstrapForTest(t, doc).GetStaticResources().GetClusters() {
+		tls, err := unpack[*tlsv3.UpstreamTlsContext](c.GetTransportSocket().GetTypedConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		certificates[c.GetName()] = []string{}
+		for _, cert := range tls.GetCommonTlsContext().GetTlsCertificates() {
+			certificates[c.GetName()] = append(certificates[c.GetName()], cert.GetCertificateChain().GetFilename(), cert.GetPrivateKey().GetFilename())
+		}
+	}
+	want := map[string][]string{DefaultAllServersCluster: {}}
+	for _, srv := range spec.Servers {
+		want[srv.Cluster] = []string{}
+		want[srv.Cluster+discovery.FrontProxyClusterSuffix] = []string{spec.FrontProxyCertPath, spec.FrontProxyKeyPath}
+	}
+	if !maps.EqualFunc(certificates, want, slices.Equal) {
+		t.Errorf("client certificate and key per cluster:\n got %v\nwant %v", certificates, want)
+	}
+}
+
 func TestDNSNamedServersGetStrictDNSClustersAndIPsStatic(t *testing.T) {
 	spec := exampleSpec()
 	spec.Servers[0].Address = "apiserver-a.control-plane.example"
@@ -189,13 +223,20 @@ func TestDNSNamedServersGetStrictDNSClustersAndIPsStatic(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]clusterv3.Cluster_DiscoveryType{
-		"apiserver-a":            clusterv3.Cluster_STRICT_DNS,
-		"apiserver-b":            clusterv3.Cluster_STATIC,
-		"apiserver-c":            clusterv3.Cluster_STATIC,
-		DefaultAllServersCluster: clusterv3.Cluster_STRICT_DNS,
+		"apiserver-a":             clusterv3.Cluster_STRICT_DNS,
+		"apiserver-a+front-proxy": clusterv3.Cluster_STRICT_DNS,
+		"apiserver-b":             clusterv3.Cluster_STATIC,
+		"apiserver-b+front-proxy": clusterv3.Cluster_STATIC,
+		"apiserver-c":             clusterv3.Cluster_STATIC,
+		"apiserver-c+front-proxy": clusterv3.Cluster_STATIC,
+		DefaultAllServersCluster:  clusterv3.Cluster_STRICT_DNS,
 	}
-	for _, c := range decodeBootstrapForTest(t, doc).GetStaticResources().GetClusters() {
-		if got := c.GetType(); got != want[c.GetName()] {
+	clusters := decodeBootstrapForTest(t, doc).GetStaticResources().GetClusters()
+	if len(clusters) != len(want) {
+		t.Errorf("%d clusters, want %d", len(clusters), len(want))
+	}
+	for _, c := range clusters {
+		if got, ok := want[c.GetName()]; !ok || c.GetType() != got {
 			t.Errorf("cluster %s is %s, want %s", c.GetName(), got, want[c.GetName()])
 		}
 	}
@@ -343,6 +384,22 @@ func routesOf(doc map[string]any) []any {
 	return dig(hcmOf(doc), "route_config", "virtual_hosts", 0, "routes").([]any)
 }
 
+func clusterNamed(doc map[string]any, name string) map[string]any {
+	for _, c := range dig(doc, "static_resources", "clusters").([]any) {
+		if asMap(c)["name"] == name {
+			return asMap(c)
+		}
+	}
+	panic("no cluster " + name)
+}
+
+// presentFrontProxyCertificate makes the named cluster present the
+// front-proxy certificate of the example.
+func presentFrontProxyCertificate(doc map[string]any, name string) {
+	certificates := dig(clusterNamed(doc, "apiserver-a+front-proxy"), "transport_socket", "typed_config", "common_tls_context", "tls_certificates")
+	asMap(dig(clusterNamed(doc, name), "transport_socket", "typed_config", "common_tls_context"))["tls_certificates"] = certificates
+}
+
 func firstCluster(doc map[string]any) map[string]any {
 	return asMap(dig(doc, "static_resources", "clusters", 0))
 }
@@ -409,9 +466,31 @@ func TestValidatorRejectsBrokenBootstraps(t *testing.T) {
 		{name: "cluster without a CA", edit: func(d map[string]any) {
 			delete(asMap(dig(firstCluster(d), "transport_socket", "typed_config", "common_tls_context", "validation_context")), "trusted_ca")
 		}, want: "no CA"},
-		{name: "cluster without the front-proxy certificate", edit: func(d map[string]any) {
-			delete(asMap(dig(firstCluster(d), "transport_socket", "typed_config", "common_tls_context")), "tls_certificates")
-		}, want: "client certificates"},
+		{name: "front-proxy cluster without the front-proxy certificate", edit: func(d map[string]any) {
+			delete(asMap(dig(clusterNamed(d, "apiserver-b+front-proxy"), "transport_socket", "typed_config", "common_tls_context")), "tls_certificates")
+		}, want: "0 client certificates on a front-proxy cluster"},
+		{name: "plain server cluster presenting the front-proxy certificate", edit: func(d map[string]any) {
+			presentFrontProxyCertificate(d, "apiserver-b")
+		}, want: "identity the plugin does not assert"},
+		{name: "balanced cluster presenting the front-proxy certificate", edit: func(d map[string]any) {
+			presentFrontProxyCertificate(d, DefaultAllServersCluster)
+		}, want: "identity the plugin does not assert"},
+		{name: "server without a front-proxy cluster", edit: func(d map[string]any) {
+			clusters := asMap(d["static_resources"])["clusters"].([]any)
+			asMap(d["static_resources"])["clusters"] = slices.DeleteFunc(clusters, func(c any) bool { return asMap(c)["name"] == "apiserver-c+front-proxy" })
+		}, want: `no cluster "apiserver-c+front-proxy"`},
+		{name: "front-proxy cluster reaching another server", edit: func(d map[string]any) {
+			endpoint := dig(clusterNamed(d, "apiserver-a+front-proxy"), "load_assignment", "endpoints", 0, "lb_endpoints", 0, "endpoint", "address", "socket_address")
+			asMap(endpoint)["address"] = "10.0.0.12"
+		}, want: "beyond its name and client certificate"},
+		{name: "front-proxy cluster trusting another CA", edit: func(d map[string]any) {
+			ca := dig(clusterNamed(d, "apiserver-a+front-proxy"), "transport_socket", "typed_config", "common_tls_context", "validation_context", "trusted_ca")
+			asMap(ca)["filename"] = "/etc/skewgate/tls/other-ca.crt"
+		}, want: "beyond its name and client certificate"},
+		{name: "front-proxy cluster without its plain twin", edit: func(d map[string]any) {
+			asMap(clusterNamed(d, "apiserver-a+front-proxy"))["name"] = "apiserver-z+front-proxy"
+			asMap(dig(clusterNamed(d, "apiserver-z+front-proxy"), "load_assignment"))["cluster_name"] = "apiserver-z+front-proxy"
+		}, want: "no plain cluster"},
 		{name: "plugin fails open", edit: func(d map[string]any) { wasmConfigOf(d)["failure_policy"] = "FAIL_OPEN" }, want: "FAIL_CLOSED"},
 		{name: "router before the plugin", edit: func(d map[string]any) {
 			filters := hcmOf(d)["http_filters"].([]any)

@@ -55,14 +55,19 @@ const (
 	IdentityPassthrough IdentityMode = "passthrough"
 	// IdentityFrontProxy has the plugin assert the identity of a client
 	// certificate Envoy verified, as X-Remote-* headers that the API servers
-	// trust because Envoy presents the front-proxy client certificate.
+	// trust because Envoy presents the front-proxy client certificate. The
+	// plugin steers each such request to the server's "+front-proxy" cluster
+	// (discovery.FrontProxyClusterSuffix), the only clusters that present the
+	// certificate: every other request reaches the API servers with the
+	// client's own credentials or none, never as the front proxy.
 	IdentityFrontProxy IdentityMode = "front-proxy"
 )
 
-// Server is one kube-apiserver and the Envoy cluster that reaches only it.
+// Server is one kube-apiserver and the Envoy clusters that reach only it.
 type Server struct {
 	// Cluster is the Envoy cluster name, the value the plugin writes into the
-	// routing header (the snapshot's "cluster").
+	// routing header (the snapshot's "cluster"). In front-proxy mode the
+	// server also gets the cluster Cluster+discovery.FrontProxyClusterSuffix.
 	Cluster string
 	// Address is an IP address or a DNS name.
 	Address string
@@ -88,7 +93,8 @@ type Spec struct {
 	// ClusterCAPath verifies the API servers' serving certificates.
 	ClusterCAPath string
 	// FrontProxyCertPath and FrontProxyKeyPath are the requestheader client
-	// certificate Envoy presents upstream in front-proxy mode (and only then).
+	// certificate Envoy presents upstream in front-proxy mode, on the
+	// "+front-proxy" clusters only.
 	FrontProxyCertPath string
 	FrontProxyKeyPath  string
 
