@@ -7,30 +7,43 @@
 // Proxying streams request and response bodies, flushes every response write
 // at once (watches), and carries protocol upgrades (exec, attach, port-forward)
 // over HTTP/1.1. Backends are verified against the peer CA under one server
-// name; never with verification switched off.
+// name; never with verification switched off. The front-proxy client
+// certificate is presented only for a request whose identity the plugin
+// asserts, which it marks by routing to the server's cluster name with
+// discovery.FrontProxyClusterSuffix; every other request reaches the API
+// servers with the client's own credentials or none.
 //
-// A connection failure (dial or TLS handshake, so no byte of the request was
-// sent) is retried once on another healthy server able to serve the request,
-// if the request is idempotent (GET, HEAD, OPTIONS, PUT, DELETE: RFC 9110) and
-// has an empty body, which is the only kind of body that can be sent again.
-// Upstream's Mixed Version Proxy retries nothing. Everything else that fails
-// is answered 503 with a Kubernetes Status body and Retry-After.
+// A request that provably was not processed (the server could not be reached,
+// or it answered that it is shutting down) is sent again to another healthy
+// server able to serve it, whatever its method, when its body is empty or
+// small enough to have been buffered. Upstream's Mixed Version Proxy retries
+// nothing. Everything else that fails is answered 503 with a Kubernetes Status
+// body and Retry-After; a request that is not long-running and gets no
+// response headers within RequestTimeout is answered 504, as kube-apiserver
+// answers it.
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httputil"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/host/internal/wasmhost"
@@ -42,7 +55,15 @@ const (
 	DefaultPeerServerName    = "kubernetes.default.svc"
 	DefaultRetryAfterSeconds = 5
 	DefaultDialTimeout       = 5 * time.Second
+	// DefaultRequestTimeout is kube-apiserver's --request-timeout default.
+	DefaultRequestTimeout = 60 * time.Second
+	// DefaultMaxRequestHeaders is Envoy's max_headers_count default.
+	DefaultMaxRequestHeaders = 100
 )
+
+// maxReplayableBody is the largest request body buffered so that the request
+// can be sent again; larger or unsized bodies stream and are never retried.
+const maxReplayableBody = 1 << 20
 
 // PluginHost runs a request's headers through the plugin; *wasmhost.Host is
 // the implementation.
@@ -53,13 +74,15 @@ type PluginHost interface {
 // Options configure a Gateway. Plugin and PeerRootCAs are required.
 type Options struct {
 	Plugin PluginHost
-	// PeerRootCAs verify the API servers' serving certificates (--peer-ca-file).
+	// PeerRootCAs verify the API servers' serving certificates (--peer-ca-file);
+	// SetPeerRootCAs replaces them.
 	PeerRootCAs *x509.CertPool
 	// PeerServerName is the name verified in every API server's certificate;
 	// default DefaultPeerServerName, as upstream verifies its peers.
 	PeerServerName string
-	// ClientCertificate is presented to the API servers: the front-proxy client
-	// certificate in front-proxy identity mode, nil otherwise.
+	// ClientCertificate is the front-proxy client certificate, presented only
+	// on requests whose identity the plugin asserts; nil outside front-proxy
+	// identity mode. SetClientCertificate replaces it.
 	ClientCertificate *tls.Certificate
 	// RoutingHeader is the header the plugin sets to the chosen server's
 	// cluster name; it must equal the plugin configuration's routingHeader.
@@ -68,7 +91,15 @@ type Options struct {
 	RetryAfterSeconds int
 	// DialTimeout bounds connecting and the TLS handshake to an API server.
 	DialTimeout time.Duration
-	Logger      *slog.Logger
+	// RequestTimeout bounds a request that is not long-running, from its
+	// arrival to the end of its response (kube-apiserver's --request-timeout);
+	// without response headers by then it is answered 504. Default
+	// DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// MaxRequestHeaders is the most header fields a request may carry; more
+	// are answered 431 before the plugin runs. Default DefaultMaxRequestHeaders.
+	MaxRequestHeaders int
+	Logger            *slog.Logger
 }
 
 func (o Options) complete() (Options, error) {
@@ -90,6 +121,12 @@ func (o Options) complete() (Options, error) {
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = DefaultDialTimeout
 	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	if o.MaxRequestHeaders <= 0 {
+		o.MaxRequestHeaders = DefaultMaxRequestHeaders
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -98,11 +135,11 @@ func (o Options) complete() (Options, error) {
 
 // Gateway is an http.Handler in front of the API servers.
 type Gateway struct {
-	opts      Options
-	log       *slog.Logger
-	proxy     *httputil.ReverseProxy
-	transport *backendTransport
-	metrics   *metrics
+	opts       Options
+	log        *slog.Logger
+	proxy      *httputil.ReverseProxy
+	transports *transportSource
+	metrics    *metrics
 
 	applyMu    sync.Mutex
 	state      atomic.Pointer[state]
@@ -158,10 +195,10 @@ func New(opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g := &Gateway{opts: o, log: o.Logger, metrics: newMetrics()}
-	g.transport = newBackendTransport(g, o)
+	g.transports = newTransportSource(o)
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:       g.rewrite,
-		Transport:     g.transport,
+		Transport:     &backendTransport{g},
 		FlushInterval: -1,
 		BufferPool:    &copyBuffers,
 		ErrorHandler:  g.upstreamFailed,
@@ -244,7 +281,29 @@ func (g *Gateway) Index() *discovery.Index {
 }
 
 // CloseIdleConnections closes idle connections to the API servers.
-func (g *Gateway) CloseIdleConnections() { g.transport.closeIdleConnections() }
+func (g *Gateway) CloseIdleConnections() { g.transports.closeIdleConnections() }
+
+// SetPeerRootCAs makes new connections to the API servers verify against
+// roots; requests and watches in flight keep their connections. A nil pool is
+// refused (the previous roots stay): it would mean the system roots.
+func (g *Gateway) SetPeerRootCAs(roots *x509.CertPool) {
+	if roots == nil {
+		g.log.Error("refusing to verify the API servers against no CA; the previous peer CAs stay")
+		return
+	}
+	g.transports.setRoots(roots)
+}
+
+// SetClientCertificate makes new front-proxy connections present cert; nil
+// removes the front-proxy credential, and requests asserting an identity are
+// then refused. Requests and watches in flight keep their connections.
+func (g *Gateway) SetClientCertificate(cert *tls.Certificate) {
+	if cert != nil {
+		c := *cert
+		cert = &c
+	}
+	g.transports.setClientCertificate(cert)
+}
 
 // pickBalanced chooses a server in round robin over the healthy ones; when
 // none is healthy it uses all of them, as Envoy's panic threshold does, since
@@ -255,22 +314,6 @@ func (g *Gateway) pickBalanced(s *state) *backend {
 		set = s.index.All()
 	}
 	return s.servers[set.Pick(g.roundRobin.Add(1)-1)]
-}
-
-// retryTarget chooses another healthy server able to serve the request after
-// failed could not be reached, or nil.
-func (g *Gateway) retryTarget(ex *exchange, failed *backend) *backend {
-	s := ex.state
-	candidates := capableServers(s.index, ex.inbound) & s.index.Healthy()
-	for i, b := range s.servers {
-		if b == failed {
-			candidates &^= discovery.ServerSet(1) << uint(i)
-		}
-	}
-	if candidates == 0 {
-		return nil
-	}
-	return s.servers[candidates.Pick(g.roundRobin.Add(1)-1)]
 }
 
 // capableServers is the set of servers that could answer the request as the
@@ -286,8 +329,13 @@ func capableServers(ix *discovery.Index, r *http.Request) discovery.ServerSet {
 	return ix.All()
 }
 
+// errRequestTimeout is the cause of a request's context when RequestTimeout
+// passed.
+var errRequestTimeout = errors.New("the request did not complete within the request timeout")
+
 // ServeHTTP runs the request through the plugin and carries out its verdict.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
 	rec := &statusRecorder{ResponseWriter: w}
 	verdict := "none"
 	defer func() { g.metrics.request(verdict, rec.code()) }()
@@ -297,62 +345,111 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.writeUnavailable(rec, "the gateway has no discovery snapshot yet")
 		return
 	}
-	out := g.opts.Plugin.HandleRequestHeaders(r.Context(), pluginRequest(r))
+	if n := headerFields(r.Header); n > g.opts.MaxRequestHeaders {
+		// Envoy's codec refuses these before any filter runs.
+		writeStatus(rec, &metav1.Status{
+			Status:  metav1.StatusFailure,
+			Code:    http.StatusRequestHeaderFieldsTooLarge,
+			Reason:  metav1.StatusReasonBadRequest,
+			Message: fmt.Sprintf("Request Header Fields Too Large: the request has %d header fields, at most %d are allowed", n, g.opts.MaxRequestHeaders),
+		})
+		return
+	}
+	req, err := pluginRequest(r)
+	if err != nil {
+		writeStatus(rec, &apierrors.NewBadRequest(err.Error()).ErrStatus)
+		return
+	}
+	out := g.opts.Plugin.HandleRequestHeaders(r.Context(), req)
 	verdict = out.Verdict.String()
+	if r.Context().Err() != nil {
+		// The client left while the plugin ran or its call was pending: there
+		// is nobody to answer, and the plugin did not fail.
+		rec.clientGone = true
+		return
+	}
 	if out.Failed != nil {
 		g.metrics.pluginFailures.Add(1)
 		g.log.Error("the plugin could not process a request", "method", r.Method, "path", r.URL.Path, "error", out.Failed)
 	}
 	switch out.Verdict {
 	case wasmhost.Respond:
-		g.writeLocalResponse(rec, out)
+		g.writeLocalResponse(rec, r, out)
 	case wasmhost.Reset:
 		// Envoy resets the stream; Go's server aborts the response (RST_STREAM
 		// on HTTP/2, closed connection on HTTP/1.1).
 		panic(http.ErrAbortHandler)
 	default:
-		g.forward(rec, r, s, out.Headers)
+		g.forward(rec, r, s, out.Headers, arrived)
 	}
+}
+
+// resolve finds the backend a routing header value names: a cluster, or a
+// cluster with discovery.FrontProxyClusterSuffix for a request whose identity
+// the plugin asserts (frontProxy).
+func (g *Gateway) resolve(s *state, cluster string) (b *backend, frontProxy bool, err error) {
+	name, frontProxy := strings.CutSuffix(cluster, discovery.FrontProxyClusterSuffix)
+	if b = s.lookup(name); b == nil {
+		return nil, false, fmt.Errorf("no API server is known as %q", cluster)
+	}
+	if frontProxy && g.transports.load().frontProxy == nil {
+		return nil, false, errNoFrontProxyCertificate
+	}
+	return b, frontProxy, nil
 }
 
 // forward proxies the request with the plugin's headers to the backend it
 // chose, or to one in round robin.
-func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers [][2]string) {
-	var target *backend
+func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers [][2]string, arrived time.Time) {
+	ex := &exchange{
+		state:      s,
+		inbound:    r,
+		headers:    headers,
+		upgrade:    upgradeType(r.Header),
+		replayable: r.ContentLength == 0,
+	}
+	target := (*backend)(nil)
 	if cluster, ok := header(headers, g.opts.RoutingHeader); ok {
-		if target = s.lookup(cluster); target == nil {
-			g.log.Error("the plugin routed to an unknown cluster", "cluster", cluster)
-			g.writeUnavailable(w, "no API server is known as "+strconv.Quote(cluster))
+		var err error
+		if target, ex.frontProxy, err = g.resolve(s, cluster); err != nil {
+			g.log.Error("the plugin's routing cannot be carried out", "cluster", cluster, "error", err)
+			g.writeUnavailable(w, err.Error())
 			return
 		}
 	} else {
 		target = g.pickBalanced(s)
 	}
-	ex := &exchange{
-		state:     s,
-		inbound:   r,
-		headers:   headers,
-		upgrade:   upgradeType(r.Header),
-		retryable: isRetryable(r),
+	if !ex.replayable && r.ContentLength > 0 && r.ContentLength <= maxReplayableBody {
+		body := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, body); err != nil {
+			if r.Context().Err() != nil {
+				w.clientGone = true
+				return
+			}
+			writeStatus(w, &apierrors.NewBadRequest("the request body ended before its Content-Length").ErrStatus)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		ex.replayable = true
 	}
 	ex.setBackend(target)
 	defer ex.release()
-	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex)))
-}
-
-// isRetryable: an idempotent method (RFC 9110) with nothing in the body, so
-// the request can be sent again as it was.
-func isRetryable(r *http.Request) bool {
-	switch r.Method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete:
-		return r.ContentLength == 0
+	ctx := context.WithValue(r.Context(), exchangeKey{}, ex)
+	if !isLongRunning(r) {
+		// Like kube-apiserver's timeout filter, the deadline covers the whole
+		// response: a short request's body stopping past it is cut.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadlineCause(ctx, arrived.Add(g.opts.RequestTimeout), errRequestTimeout)
+		defer cancel()
 	}
-	return false
+	g.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // writeLocalResponse sends the plugin's own reply (merged discovery, 304,
-// 503), or the failure policy's.
-func (g *Gateway) writeLocalResponse(w *statusRecorder, out wasmhost.Outcome) {
+// 503), or the failure policy's. A reply to HEAD announces the body's length
+// and sends no body, as Envoy's local replies do.
+func (g *Gateway) writeLocalResponse(w *statusRecorder, r *http.Request, out wasmhost.Outcome) {
 	resp := out.Response
 	if out.Failed != nil && len(resp.Body) == 0 && resp.Status == http.StatusServiceUnavailable {
 		// Envoy's fail-closed reply has no body; clients get a Status they can
@@ -366,7 +463,7 @@ func (g *Gateway) writeLocalResponse(w *statusRecorder, out wasmhost.Outcome) {
 	}
 	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	w.WriteHeader(int(resp.Status))
-	if len(resp.Body) > 0 {
+	if len(resp.Body) > 0 && r.Method != http.MethodHead {
 		_, _ = w.Write(resp.Body)
 	}
 }
@@ -383,20 +480,40 @@ func (g *Gateway) writeUnavailable(w http.ResponseWriter, message string) {
 	_, _ = w.Write(body)
 }
 
+// writeStatus answers with a Kubernetes Status, as kube-apiserver writes its
+// errors.
+func writeStatus(w http.ResponseWriter, st *metav1.Status) {
+	st.Kind, st.APIVersion = "Status", "v1"
+	body, _ := json.Marshal(st)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(int(st.Code))
+	_, _ = w.Write(body)
+}
+
 // upstreamFailed is the reverse proxy's error handler: the request could not
-// be delivered (after any retry), or the answer could not be read.
+// be delivered (after any retry), no answer came within the request timeout,
+// or the answer could not be read.
 func (g *Gateway) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
 	ex := exchangeFrom(r.Context())
-	if r.Context().Err() != nil {
+	cluster := ""
+	if b := ex.current(); b != nil {
+		cluster = b.cluster
+	}
+	switch {
+	case context.Cause(r.Context()) == errRequestTimeout:
+		g.log.Warn("API server did not answer within the request timeout", "cluster", cluster, "method", ex.inbound.Method,
+			"path", ex.inbound.URL.Path, "timeout", g.opts.RequestTimeout)
+		writeStatus(w, &apierrors.NewTimeoutError("request did not complete within the allotted timeout", 0).ErrStatus)
+		return
+	case r.Context().Err() != nil:
 		// The client went away; there is nobody to answer.
 		if rec, ok := w.(*statusRecorder); ok {
 			rec.clientGone = true
 		}
 		return
-	}
-	cluster := ""
-	if b := ex.current(); b != nil {
-		cluster = b.cluster
 	}
 	g.log.Warn("API server unreachable", "cluster", cluster, "method", ex.inbound.Method, "path", ex.inbound.URL.Path, "error", err)
 	// The cause (addresses, certificate details) stays in the log.

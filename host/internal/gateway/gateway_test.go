@@ -85,7 +85,9 @@ func TestRequestIsForwardedExactlyAsThePluginLeftIt(t *testing.T) {
 		"Keep-Alive":      {"timeout=5"},
 		"Connection":      {"X-Hop"},
 		"X-Hop":           {"dropped"},
-		"X-Forwarded-For": {"203.0.113.9"},
+		"X-Forwarded-For": {"203.0.113.9", "198.51.100.2"},
+		"X-Real-Ip":       {"203.0.113.10"},
+		"Forwarded":       {"for=203.0.113.11"},
 	}
 	const target = "/api/v1/namespaces/default/configmaps/a%2Fb?fieldSelector=metadata.name%3Dx;y&watch=1"
 	resp, body := do(t, client, "GET", h.front.URL+target, header, nil)
@@ -103,9 +105,11 @@ func TestRequestIsForwardedExactlyAsThePluginLeftIt(t *testing.T) {
 		t.Errorf("backend saw Host %q, want the client's authority", e.Host)
 	}
 	want := map[string][]string{
-		"Authorization":   {"Bearer token-123"},
-		"X-Custom":        {"one", "two"},
-		"X-Forwarded-For": {"203.0.113.9"},
+		"Authorization": {"Bearer token-123"},
+		"X-Custom":      {"one", "two"},
+		// The client's entries stay; the peer's address is appended, in one
+		// field because kube-apiserver reads only the first.
+		"X-Forwarded-For": {"203.0.113.9,198.51.100.2,127.0.0.1"},
 		"Accept-Encoding": {"gzip"},
 	}
 	for k, v := range want {
@@ -113,9 +117,9 @@ func TestRequestIsForwardedExactlyAsThePluginLeftIt(t *testing.T) {
 			t.Errorf("backend header %s = %q, want %q", k, e.Headers[k], v)
 		}
 	}
-	for _, k := range []string{"Keep-Alive", "X-Hop", "X-Skewgate-Upstream"} {
+	for _, k := range []string{"Keep-Alive", "X-Hop", "X-Skewgate-Upstream", "X-Real-Ip", "Forwarded"} {
 		if v, ok := e.Headers[k]; ok {
-			t.Errorf("hop-by-hop or internal header %s = %q reached the backend", k, v)
+			t.Errorf("hop-by-hop, internal or client-forged forwarding header %s = %q reached the backend", k, v)
 		}
 	}
 }
@@ -176,7 +180,7 @@ func upgradeBackend(cluster string) http.Handler {
 		}
 		defer conn.Close()
 		fmt.Fprintf(rw, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", r.Header.Get("Upgrade"))
-		report, _ := json.Marshal(echoed{Cluster: cluster, Method: r.Method, URI: r.RequestURI, Proto: r.Proto, Headers: r.Header})
+		report, _ := json.Marshal(echoOf(cluster, r))
 		rw.Write(append(report, '\n'))
 		rw.Flush()
 		io.Copy(conn, rw)
@@ -329,33 +333,41 @@ func retryServers() []discoverytest.Server {
 }
 
 func TestConnectionFailureRetryRules(t *testing.T) {
-	const widgets = "/apis/example.com/v1/namespaces/default/widgets"
+	const widget = `{"kind":"Widget"}`
+	large := strings.Repeat("x", maxReplayableBody+1)
 	for _, tc := range []struct {
-		name        string
-		refusing    []string
-		method      string
-		path        string
-		body        string
+		name     string
+		refusing []string
+		method   string
+		path     string
+		body     string
+		// unsized hides the body's length, so it is sent chunked.
+		unsized     bool
 		wantStatus  int
 		wantCluster string
 		wantRetries string
 	}{
-		{"idempotent request moves to another capable server", []string{"kube-a"}, "GET", widgets, "", 200, "kube-b", "1"},
-		{"delete without body is retried", []string{"kube-a"}, "DELETE", widgets + "/w1", "", 200, "kube-b", "1"},
-		{"balanced request moves to any healthy server", []string{"kube-a"}, "GET", "/api/v1/pods", "", 200, "", "1"},
-		{"non-idempotent request is not retried", []string{"kube-a"}, "POST", widgets, `{"kind":"Widget"}`, 503, "", "0"},
-		{"request with a body is not retried", []string{"kube-a"}, "PUT", widgets + "/w1", `{"kind":"Widget"}`, 503, "", "0"},
-		{"no other capable server means 503, never a false 404", []string{"kube-a", "kube-b"}, "GET", widgets, "", 503, "", "1"},
+		{"idempotent request moves to another capable server", []string{"kube-a"}, "GET", widgets, "", false, 200, "kube-b", "1"},
+		{"delete without body is retried", []string{"kube-a"}, "DELETE", widgets + "/w1", "", false, 200, "kube-b", "1"},
+		{"balanced request moves to any healthy server", []string{"kube-a"}, "GET", "/api/v1/pods", "", false, 200, "", "1"},
+		{"a create with a small body moves with its body", []string{"kube-a"}, "POST", widgets, widget, false, 200, "kube-b", "1"},
+		{"an update with a small body moves with its body", []string{"kube-a"}, "PUT", widgets + "/w1", widget, false, 200, "kube-b", "1"},
+		{"a body of unknown length is not retried", []string{"kube-a"}, "POST", widgets, widget, true, 503, "", "0"},
+		{"a body too large to buffer is not retried", []string{"kube-a"}, "PUT", widgets + "/w1", large, false, 503, "", "0"},
+		{"no other capable server means 503, never a false 404", []string{"kube-a", "kube-b"}, "GET", widgets, "", false, 503, "", "1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, harnessConfig{servers: retryServers(), refusing: tc.refusing})
 			var body io.Reader
 			if tc.body != "" {
 				body = strings.NewReader(tc.body)
+				if tc.unsized {
+					body = io.MultiReader(body)
+				}
 			}
 			resp, got := do(t, h.client(nil, true), tc.method, h.front.URL+tc.path, nil, body)
 			if resp.StatusCode != tc.wantStatus {
-				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.wantStatus, got)
+				t.Fatalf("status %d, want %d: %.200s", resp.StatusCode, tc.wantStatus, got)
 			}
 			if tc.wantStatus == 200 {
 				e := decodeEcho(t, got)
@@ -364,6 +376,9 @@ func TestConnectionFailureRetryRules(t *testing.T) {
 				}
 				if slices.Contains(tc.refusing, e.Cluster) {
 					t.Errorf("served by refusing %s", e.Cluster)
+				}
+				if e.Body != tc.body {
+					t.Errorf("the retried request arrived with body %q, want %q", e.Body, tc.body)
 				}
 			} else {
 				checkUnavailable(t, resp, got, 7)

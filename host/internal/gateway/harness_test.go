@@ -72,6 +72,18 @@ type harnessConfig struct {
 	foreignCA []string
 	// handler answers on every backend; default echo.
 	handler func(cluster string) http.Handler
+	// plugin replaces the built plugin.
+	plugin PluginHost
+	// peerCA signs the backends' serving certificates; default a new CA.
+	peerCA *devpki.CA
+	// serving, when set, is a backend's TLS configuration; default a serving
+	// certificate from peerCA (foreignCA's for the clusters it lists).
+	serving func(cluster string) *tls.Config
+	// listen, when set for a cluster, provides its address instead of a
+	// standard backend.
+	listen map[string]func(h *harness) string
+	// options adjusts the gateway's options.
+	options func(*Options)
 }
 
 // harness is a gateway running the built plugin in front of one TLS backend
@@ -99,7 +111,10 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	if cfg.handler == nil {
 		cfg.handler = echoHandler
 	}
-	h := &harness{t: t, peerCA: mustCA(t, "peer-ca"), clientCA: mustCA(t, "client-ca"), hits: map[string]int{}}
+	if cfg.peerCA == nil {
+		cfg.peerCA = mustCA(t, "peer-ca")
+	}
+	h := &harness{t: t, peerCA: cfg.peerCA, clientCA: mustCA(t, "client-ca"), hits: map[string]int{}}
 	foreign := mustCA(t, "foreign-ca")
 
 	addresses := map[string]string{}
@@ -108,11 +123,20 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		switch {
 		case slices.Contains(cfg.refusing, cluster):
 			addresses[cluster] = refusingAddress(t)
+		case cfg.listen[cluster] != nil:
+			addresses[cluster] = cfg.listen[cluster](h)
 		default:
 			ca := h.peerCA
 			if slices.Contains(cfg.foreignCA, cluster) {
 				ca = foreign
 			}
+			serving := &tls.Config{Certificates: []tls.Certificate{mustServing(t, ca, DefaultPeerServerName, "127.0.0.1")}}
+			if cfg.serving != nil {
+				serving = cfg.serving(cluster)
+			}
+			// Ask for a client certificate, so that the gateway's choice to
+			// present one or not shows.
+			serving.ClientAuth = tls.RequestClientCert
 			inner := cfg.handler(cluster)
 			backend := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				h.mu.Lock()
@@ -121,7 +145,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 				inner.ServeHTTP(w, r)
 			}))
 			backend.EnableHTTP2 = true
-			backend.TLS = &tls.Config{Certificates: []tls.Certificate{mustServing(t, ca, DefaultPeerServerName, "127.0.0.1")}}
+			backend.TLS = serving
 			backend.Config.ErrorLog = slog.NewLogLogger(quietLogger.Handler(), slog.LevelError)
 			backend.StartTLS()
 			t.Cleanup(backend.Close)
@@ -129,30 +153,32 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		}
 	}
 
-	config := pluginConfig(t, cfg.identityMode, cfg.servers)
-	host, err := wasmhost.New(context.Background(), pluginWasm(t), wasmhost.Options{
-		Instances:           1,
-		CompilationCacheDir: compilationCache,
-		PluginName:          "skewgate",
-		RootID:              "skewgate",
-		VMID:                "skewgate",
-		PluginConfiguration: config,
-		Logger:              quietLogger,
-	})
-	if err != nil {
-		t.Fatalf("starting the plugin: %v", err)
-	}
-	t.Cleanup(func() { _ = host.Close(context.Background()) })
-	h.host = host
-
-	opts := Options{Plugin: host, PeerRootCAs: h.peerCA.Pool(), RetryAfterSeconds: 7, Logger: quietLogger, DialTimeout: 2 * time.Second}
-	if cfg.identityMode == "front-proxy" {
-		proxyClient, err := h.peerCA.Client(pkix.Name{CommonName: "front-proxy-client"})
+	plugin := cfg.plugin
+	if plugin == nil {
+		host, err := wasmhost.New(context.Background(), pluginWasm(t), wasmhost.Options{
+			Instances:           1,
+			CompilationCacheDir: compilationCache,
+			PluginName:          "skewgate",
+			RootID:              "skewgate",
+			VMID:                "skewgate",
+			PluginConfiguration: pluginConfig(t, cfg.identityMode, cfg.servers),
+			Logger:              quietLogger,
+		})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("starting the plugin: %v", err)
 		}
-		cert := proxyClient.TLSCertificate()
+		t.Cleanup(func() { _ = host.Close(context.Background()) })
+		h.host = host
+		plugin = host
+	}
+
+	opts := Options{Plugin: plugin, PeerRootCAs: h.peerCA.Pool(), RetryAfterSeconds: 7, Logger: quietLogger, DialTimeout: 2 * time.Second}
+	if cfg.identityMode == "front-proxy" {
+		cert := mustClient(t, h.peerCA, pkix.Name{CommonName: frontProxyClientName})
 		opts.ClientCertificate = &cert
+	}
+	if cfg.options != nil {
+		cfg.options(&opts)
 	}
 	gw, err := New(opts)
 	if err != nil {
@@ -219,6 +245,9 @@ func (h *harness) totalHits() int {
 	return n
 }
 
+// frontProxyClientName is the front-proxy client certificate's CN.
+const frontProxyClientName = "front-proxy-client"
+
 // echoed is what echoHandler reports about the request it received.
 type echoed struct {
 	Cluster string              `json:"cluster"`
@@ -227,16 +256,51 @@ type echoed struct {
 	Host    string              `json:"host"`
 	Proto   string              `json:"proto"`
 	Headers map[string][]string `json:"headers"`
+	// ClientCert is the CN of the client certificate the gateway presented,
+	// "" for none.
+	ClientCert string `json:"clientCert"`
+	Body       string `json:"body"`
+}
+
+func echoOf(cluster string, r *http.Request) echoed {
+	e := echoed{Cluster: cluster, Method: r.Method, URI: r.RequestURI, Host: r.Host, Proto: r.Proto, Headers: r.Header}
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		e.ClientCert = r.TLS.PeerCertificates[0].Subject.CommonName
+	}
+	return e
 }
 
 // echoHandler answers with what it received, so tests see exactly what the
 // gateway forwarded.
 func echoHandler(cluster string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e := echoOf(cluster, r)
+		body, _ := io.ReadAll(r.Body)
+		e.Body = string(body)
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Access-Control-Allow-Origin", "https://console.example")
-		_ = json.NewEncoder(w).Encode(echoed{cluster, r.Method, r.RequestURI, r.Host, r.Proto, r.Header})
+		_ = json.NewEncoder(w).Encode(e)
 	})
+}
+
+// pluginFunc stands in for the plugin where a test needs a verdict of its
+// choosing.
+type pluginFunc func(ctx context.Context, req *wasmhost.Request) wasmhost.Outcome
+
+func (f pluginFunc) HandleRequestHeaders(ctx context.Context, req *wasmhost.Request) wasmhost.Outcome {
+	return f(ctx, req)
+}
+
+// routeTo forwards every request unchanged to cluster; "" leaves it to the
+// gateway's balancing.
+func routeTo(cluster string) pluginFunc {
+	return func(_ context.Context, req *wasmhost.Request) wasmhost.Outcome {
+		headers := slices.Clone(req.Headers)
+		if cluster != "" {
+			headers = append(headers, [2]string{DefaultRoutingHeader, cluster})
+		}
+		return wasmhost.Outcome{Verdict: wasmhost.Forward, Headers: headers}
+	}
 }
 
 // do sends a request and returns the response with its body read.

@@ -2,16 +2,20 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
-	"crypto/tls"
+	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strings"
-	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // exchange is one proxied request: what the plugin decided and which backend
@@ -19,13 +23,19 @@ import (
 // hands only the request to Rewrite and the transport; all of them run on the
 // handler's goroutine.
 type exchange struct {
-	state     *state
-	inbound   *http.Request
-	headers   [][2]string
-	upgrade   string
-	retryable bool
-	retried   bool
-	backend   *backend
+	state   *state
+	inbound *http.Request
+	headers [][2]string
+	upgrade string
+	// frontProxy: the plugin asserted the identity, so the request (and any
+	// retry) presents the front-proxy client certificate.
+	frontProxy bool
+	// replayable: the body is empty or buffered, so the request can be sent
+	// again as it was.
+	replayable bool
+	backend    *backend
+	// tried are the backends the request was sent to.
+	tried []*backend
 }
 
 type exchangeKey struct{}
@@ -41,6 +51,7 @@ func (ex *exchange) setBackend(b *backend) {
 		ex.backend.inFlight.Add(-1)
 	}
 	ex.backend = b
+	ex.tried = append(ex.tried, b)
 	b.inFlight.Add(1)
 }
 
@@ -70,11 +81,12 @@ var hopByHopHeaders = map[string]bool{
 // rewrite builds the outbound request from the plugin's output: its headers
 // minus pseudo-headers, the internal routing header, hop-by-hop headers and
 // the ones Go sets from request fields (host, content-length); its :path,
-// :authority and :method; the chosen backend's address.
+// :authority and :method; the chosen backend's address. The client's
+// Connection tokens were applied before the plugin ran (pluginRequest), so
+// nothing the plugin set is removed by them.
 func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	ex := exchangeFrom(pr.In.Context())
 	out := pr.Out
-	nominated := connectionTokens(ex.headers)
 	h := make(http.Header, len(ex.headers))
 	path := ""
 	for _, kv := range ex.headers {
@@ -87,7 +99,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		case name == ":method":
 			out.Method = kv[1]
 		case strings.HasPrefix(name, ":"),
-			name == g.opts.RoutingHeader, hopByHopHeaders[name], nominated[name],
+			name == g.opts.RoutingHeader, hopByHopHeaders[name],
 			name == "host", name == "content-length":
 		default:
 			key := textproto.CanonicalMIMEHeaderKey(name)
@@ -112,30 +124,10 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	}
 }
 
-// connectionTokens are the header names a Connection header nominates as
-// hop-by-hop.
-func connectionTokens(headers [][2]string) map[string]bool {
-	var tokens map[string]bool
-	for _, kv := range headers {
-		if kv[0] != "connection" {
-			continue
-		}
-		for _, t := range strings.Split(kv[1], ",") {
-			if t = strings.ToLower(strings.TrimSpace(t)); t != "" {
-				if tokens == nil {
-					tokens = map[string]bool{}
-				}
-				tokens[t] = true
-			}
-		}
-	}
-	return tokens
-}
-
 // upgradeType is the protocol an HTTP/1.1 request asks to switch to, or "".
 func upgradeType(h http.Header) string {
 	for _, v := range h["Connection"] {
-		for _, t := range strings.Split(v, ",") {
+		for t := range strings.SplitSeq(v, ",") {
 			if strings.EqualFold(strings.TrimSpace(t), "upgrade") {
 				return h.Get("Upgrade")
 			}
@@ -144,117 +136,133 @@ func upgradeType(h http.Header) string {
 	return ""
 }
 
-// connectError is a failure to reach a backend: no byte of the request was
-// sent, so sending it elsewhere is safe.
-type connectError struct {
-	phase string // "dial" or "tls"
-	err   error
-}
+// backendTransport sends the reverse proxy's requests to the exchange's
+// backend with the exchange's credential.
+type backendTransport struct{ g *Gateway }
 
-func (e *connectError) Error() string {
-	if e.phase == "tls" {
-		return "TLS handshake: " + e.err.Error()
-	}
-	return e.err.Error()
-}
-
-func (e *connectError) Unwrap() error { return e.err }
-
-// backendTransport sends requests to the API servers: multiplexed for plain
-// requests (HTTP/2 when the server offers it), HTTP/1.1 for upgrades, which
-// HTTP/2 cannot carry. Both verify the server against the peer CA and name.
-type backendTransport struct {
-	g           *Gateway
-	multiplexed *http.Transport
-	http1       *http.Transport
-}
-
-func newBackendTransport(g *Gateway, o Options) *backendTransport {
-	base := &tls.Config{
-		RootCAs:    o.PeerRootCAs,
-		ServerName: o.PeerServerName,
-		MinVersion: tls.VersionTLS12,
-	}
-	if o.ClientCertificate != nil {
-		base.Certificates = []tls.Certificate{*o.ClientCertificate}
-	}
-	dialer := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}
-	newTransport := func(http2 bool) *http.Transport {
-		cfg := base.Clone()
-		protocols := &http.Protocols{}
-		protocols.SetHTTP1(true)
-		cfg.NextProtos = []string{"http/1.1"}
-		if http2 {
-			protocols.SetHTTP2(true)
-			cfg.NextProtos = []string{"h2", "http/1.1"}
-		}
-		return &http.Transport{
-			// API servers are addressed directly, never through an environment proxy.
-			Proxy:           nil,
-			TLSClientConfig: cfg,
-			DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				ctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
-				defer cancel()
-				raw, err := dialer.DialContext(ctx, network, addr)
-				if err != nil {
-					return nil, &connectError{phase: "dial", err: err}
-				}
-				conn := tls.Client(raw, cfg)
-				if err := conn.HandshakeContext(ctx); err != nil {
-					_ = raw.Close()
-					return nil, &connectError{phase: "tls", err: err}
-				}
-				return conn, nil
-			},
-			Protocols:             protocols,
-			HTTP2:                 &http.HTTP2Config{SendPingTimeout: 30 * time.Second, PingTimeout: 15 * time.Second},
-			MaxIdleConnsPerHost:   32,
-			IdleConnTimeout:       90 * time.Second,
-			ExpectContinueTimeout: time.Second,
-		}
-	}
-	return &backendTransport{g: g, multiplexed: newTransport(true), http1: newTransport(false)}
-}
-
-func (t *backendTransport) closeIdleConnections() {
-	t.multiplexed.CloseIdleConnections()
-	t.http1.CloseIdleConnections()
-}
-
-// RoundTrip sends the request to the exchange's backend and, when that
-// backend cannot be reached, once to another capable one.
+// RoundTrip sends the request to the exchange's backend and sends it again to
+// another capable healthy server while the answer proves the request was not
+// processed: the backend could not be reached (which covers HTTP/2 streams
+// refused by a GOAWAY: Go's transport sends those again on a new connection
+// itself, and that dial fails once the server stopped listening), or it
+// answered that it is shutting down. Only a replayable request is sent again;
+// every retry keeps the credential the plugin chose.
 func (t *backendTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ex := exchangeFrom(req.Context())
-	rt := t.multiplexed
-	if ex.upgrade != "" {
-		rt = t.http1
-	}
-	resp, err := rt.RoundTrip(req)
-	if err == nil || req.Context().Err() != nil {
-		return resp, err
-	}
-	failed := ex.current()
-	t.g.metrics.upstreamError(failed.cluster, errorKind(err))
-	var ce *connectError
-	if !errors.As(err, &ce) || !ex.retryable || ex.retried {
+	// One set of transports for every attempt, so that a rotation in between
+	// cannot change the credential a retry presents.
+	rt, err := t.g.transports.load().pick(ex.frontProxy, ex.upgrade != "")
+	if err != nil {
 		return nil, err
 	}
-	next := t.g.retryTarget(ex, failed)
-	if next == nil {
-		return nil, err
+	for {
+		resp, err := rt.RoundTrip(req)
+		sent := ex.current()
+		why := ""
+		switch {
+		case req.Context().Err() != nil:
+			if err != nil && context.Cause(req.Context()) == errRequestTimeout {
+				t.g.metrics.upstreamError(sent.cluster, "timeout")
+			}
+			return resp, err
+		case err != nil:
+			t.g.metrics.upstreamError(sent.cluster, errorKind(err))
+			if ce := (*connectError)(nil); !errors.As(err, &ce) {
+				return nil, err
+			}
+			why = "unreachable"
+		default:
+			var draining bool
+			if resp, draining = drainingAnswer(resp); !draining {
+				return resp, nil
+			}
+			t.g.metrics.upstreamError(sent.cluster, "shutting_down")
+			why = "shutting down"
+		}
+		var next *backend
+		if ex.replayable {
+			next = t.g.retryTarget(ex)
+		}
+		if next == nil {
+			return resp, err
+		}
+		if resp != nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
+		t.g.metrics.retries.Add(1)
+		t.g.log.Info("API server "+why+"; sending the request to another one", "from", sent.cluster, "to", next.cluster,
+			"method", req.Method, "path", req.URL.Path, "error", err)
+		ex.setBackend(next)
+		retry := req.Clone(req.Context())
+		retry.URL.Host = next.address
+		if req.GetBody != nil {
+			if retry.Body, err = req.GetBody(); err != nil {
+				return nil, err
+			}
+		}
+		req = retry
 	}
-	ex.retried = true
-	ex.setBackend(next)
-	t.g.metrics.retries.Add(1)
-	t.g.log.Info("API server unreachable; retrying on another one", "from", failed.cluster, "to", next.cluster,
-		"method", req.Method, "path", req.URL.Path, "error", err)
-	retry := req.Clone(req.Context())
-	retry.URL.Host = next.address
-	resp, err = rt.RoundTrip(retry)
-	if err != nil && req.Context().Err() == nil {
-		t.g.metrics.upstreamError(next.cluster, errorKind(err))
+}
+
+// What kube-apiserver answers, before doing anything else, to a request that
+// arrives while it shuts down (k8s.io/apiserver's server filters): with
+// --shutdown-send-retry-after, a 429 written by http.Error (WithRetryAfter);
+// once the shutdown delay is over, a 503 Status (WithWaitGroup). Both carry
+// Retry-After. Other 429s (priority and fairness) and 503s are the cluster's
+// answer and go back to the client.
+const (
+	shutdownRetryAfterBody   = "The apiserver is shutting down, please try again later.\n"
+	shutdownWaitGroupMessage = "apiserver is shutting down"
+	// maxDrainingBody bounds what is read to recognise those answers.
+	maxDrainingBody = 1 << 10
+)
+
+// drainingAnswer reports whether resp is a shutting-down server's refusal.
+// The returned response reads as resp did.
+func drainingAnswer(resp *http.Response) (*http.Response, bool) {
+	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable ||
+		resp.Header.Get("Retry-After") == "" {
+		return resp, false
 	}
-	return resp, err
+	prefix, err := io.ReadAll(io.LimitReader(resp.Body, maxDrainingBody))
+	resp.Body = &replayedBody{Reader: io.MultiReader(bytes.NewReader(prefix), resp.Body), Closer: resp.Body}
+	if err != nil {
+		return resp, false
+	}
+	if resp.StatusCode == http.StatusTooManyRequests {
+		return resp, string(prefix) == shutdownRetryAfterBody && resp.Header.Get("Content-Type") == "text/plain; charset=utf-8"
+	}
+	var st metav1.Status
+	return resp, json.Unmarshal(prefix, &st) == nil && st.Kind == "Status" && st.Code == http.StatusServiceUnavailable &&
+		st.Reason == metav1.StatusReasonServiceUnavailable && st.Message == shutdownWaitGroupMessage
+}
+
+// replayedBody reads a response body again from its start.
+type replayedBody struct {
+	io.Reader
+	io.Closer
+}
+
+// retryTarget chooses a healthy server able to serve the request that it was
+// not sent to yet, or nil. When none looks healthy every server counts, as in
+// pickBalanced.
+func (g *Gateway) retryTarget(ex *exchange) *backend {
+	s := ex.state
+	healthy := s.index.Healthy()
+	if healthy == 0 {
+		healthy = s.index.All()
+	}
+	candidates := capableServers(s.index, ex.inbound) & healthy
+	for i, b := range s.servers {
+		if slices.Contains(ex.tried, b) {
+			candidates &^= 1 << uint(i)
+		}
+	}
+	if candidates == 0 {
+		return nil
+	}
+	return s.servers[candidates.Pick(g.roundRobin.Add(1)-1)]
 }
 
 func errorKind(err error) string {

@@ -2,19 +2,32 @@ package gateway
 
 import (
 	"crypto/tls"
+	"errors"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/host/internal/wasmhost"
 )
 
 // pluginRequest is the request as Envoy hands it to a proxy-wasm filter: the
 // pseudo-headers first, then every header field lower-cased, one pair per
-// value, and the connection's attributes.
-func pluginRequest(r *http.Request) *wasmhost.Request {
+// value, and the connection's attributes. Like Envoy's codec and connection
+// manager, it first removes what belongs to the client's connection (the
+// headers its Connection header nominates, and the hop-by-hop ones), drops
+// the client's X-Real-Ip and Forwarded and appends the peer's address to
+// X-Forwarded-For (use_remote_address): the gateway faces clients directly,
+// so the peer is the only address it knows to be true. Whatever the plugin
+// then sets is never subject to the client's Connection tokens.
+func pluginRequest(r *http.Request) (*wasmhost.Request, error) {
+	upgrade := upgradeType(r.Header) != ""
+	nominated, err := nominatedHeaders(r.Header)
+	if err != nil {
+		return nil, err
+	}
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
@@ -33,17 +46,131 @@ func pluginRequest(r *http.Request) *wasmhost.Request {
 		names = append(names, name)
 	}
 	slices.Sort(names)
+	var forwardedFor []string
 	for _, name := range names {
 		lower := strings.ToLower(name)
+		switch {
+		case nominated[lower], lower == "x-real-ip", lower == "forwarded":
+			continue
+		case lower == "x-forwarded-for":
+			forwardedFor = r.Header[name]
+			continue
+		case connectionHeaders[lower] && !(upgrade && (lower == "connection" || lower == "upgrade")):
+			continue
+		}
 		for _, v := range r.Header[name] {
 			headers = append(headers, [2]string{lower, v})
 		}
+	}
+	if peer := peerIP(r.RemoteAddr); peer != "" {
+		// One field, as Envoy keeps it: kube-apiserver reads only the first
+		// X-Forwarded-For field.
+		headers = append(headers, [2]string{"x-forwarded-for", strings.Join(append(forwardedFor, peer), ",")})
 	}
 	return &wasmhost.Request{
 		Headers:     headers,
 		EndOfStream: r.ContentLength == 0,
 		Properties:  properties(r),
+	}, nil
+}
+
+// connectionHeaders are the hop-by-hop fields Envoy's connection manager
+// removes before the filters run; Connection and Upgrade stay on upgrades.
+var connectionHeaders = map[string]bool{
+	"connection":        true,
+	"keep-alive":        true,
+	"proxy-connection":  true,
+	"transfer-encoding": true,
+	"upgrade":           true,
+}
+
+// maxNominatedHeaders is Envoy's limit on Connection tokens: ten or more and
+// the request is refused.
+const maxNominatedHeaders = 10
+
+// nominatedHeaders are the header fields the client's Connection header names
+// as belonging to its connection (RFC 9110 7.6.1), lower-cased, with Envoy's
+// rules (Utility::sanitizeConnectionHeader): the connection options close,
+// keep-alive, upgrade and http2-settings name no field; nominating an
+// X-Forwarded-* field (which would hide where a request came from) or a
+// pseudo-header, or ten tokens or more, is an invalid request.
+func nominatedHeaders(h http.Header) (map[string]bool, error) {
+	var nominated map[string]bool
+	tokens := 0
+	for _, v := range h["Connection"] {
+		for t := range strings.SplitSeq(v, ",") {
+			t = strings.ToLower(strings.TrimSpace(t))
+			if t == "" {
+				continue
+			}
+			if tokens++; tokens >= maxNominatedHeaders {
+				return nil, errors.New("the Connection header nominates too many header fields")
+			}
+			switch t {
+			case "close", "keep-alive", "upgrade", "http2-settings", "connection":
+				continue
+			case "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto":
+				return nil, errors.New("the Connection header must not nominate " + t)
+			}
+			if strings.HasPrefix(t, ":") {
+				return nil, errors.New("the Connection header must not nominate a pseudo-header")
+			}
+			if nominated == nil {
+				nominated = map[string]bool{}
+			}
+			nominated[t] = true
+		}
 	}
+	return nominated, nil
+}
+
+// peerIP is the address part of the connection's remote address.
+func peerIP(remoteAddr string) string {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		return remoteAddr
+	}
+	return host
+}
+
+// headerFields counts the request's header fields, one per value, as Envoy's
+// max_headers_count counts them.
+func headerFields(h http.Header) int {
+	n := 0
+	for _, v := range h {
+		n += len(v)
+	}
+	return n
+}
+
+// longRunningVerbs and longRunningSubresources are kube-apiserver's
+// (BasicLongRunningRequestCheck as the control plane configures it).
+var (
+	longRunningVerbs        = map[string]bool{"watch": true, "proxy": true}
+	longRunningSubresources = map[string]bool{"attach": true, "exec": true, "proxy": true, "log": true, "portforward": true}
+)
+
+// isLongRunning reports whether kube-apiserver would exempt the request from
+// its --request-timeout: watches, proxying, exec/attach/port-forward and logs,
+// /debug/pprof/, and every protocol upgrade.
+func isLongRunning(r *http.Request) bool {
+	if upgradeType(r.Header) != "" {
+		return true
+	}
+	path, rawQuery, ok := discovery.SplitRequestTarget(requestTarget(r))
+	if !ok {
+		return false
+	}
+	// The error case (a verb-only path) is answered at once upstream; what
+	// was parsed still classifies it.
+	info, _ := discovery.ParseRequestInfo(r.Method, path, rawQuery)
+	switch {
+	case longRunningVerbs[info.Verb]:
+		return true
+	case info.IsResourceRequest:
+		return longRunningSubresources[info.Subresource]
+	}
+	return strings.HasPrefix(info.Path, "/debug/pprof/")
 }
 
 // requestTarget is the request URI as the client sent it (path and query),

@@ -28,7 +28,10 @@ func TestPluginSeesTheRequestAsEnvoyPresentsIt(t *testing.T) {
 		ServerName:     "gateway.example",
 		VerifiedChains: [][]*x509.Certificate{{client.Leaf}},
 	}
-	got := pluginRequest(r)
+	got, err := pluginRequest(r)
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := [][2]string{
 		{":method", "GET"},
 		{":path", "/api/v1/namespaces/a%2Fb/pods?labelSelector=app%3Dweb&limit=1"},
@@ -38,6 +41,7 @@ func TestPluginSeesTheRequestAsEnvoyPresentsIt(t *testing.T) {
 		{"authorization", "Bearer t"},
 		{"x-multi", "1"},
 		{"x-multi", "2"},
+		{"x-forwarded-for", "192.0.2.7"},
 	}
 	if !slices.Equal(got.Headers, want) {
 		t.Errorf("headers\n got %q\nwant %q", got.Headers, want)
@@ -59,7 +63,74 @@ func TestPluginSeesTheRequestAsEnvoyPresentsIt(t *testing.T) {
 
 	// A presented but unverified certificate is no identity.
 	r.TLS = &tls.ConnectionState{Version: tls.VersionTLS12, PeerCertificates: []*x509.Certificate{client.Leaf}}
-	if p := pluginRequest(r).Properties.TLS; p.PeerCertificatePresented || p.SubjectPeerCertificate != "" {
-		t.Errorf("unverified certificate reached the plugin: %+v", p)
+	if req, _ := pluginRequest(r); req.Properties.TLS.PeerCertificatePresented || req.Properties.TLS.SubjectPeerCertificate != "" {
+		t.Errorf("unverified certificate reached the plugin: %+v", req.Properties.TLS)
+	}
+}
+
+func TestClientConnectionTokensApplyToTheClientsHeadersOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		header     http.Header
+		wantErr    bool
+		wantHeader [][2]string
+	}{
+		{
+			name:       "nominated fields and the hop-by-hop ones are gone before the plugin runs",
+			header:     http.Header{"Connection": {"X-Remote-User, keep-alive"}, "X-Remote-User": {"forged"}, "Keep-Alive": {"timeout=5"}, "Accept": {"a"}},
+			wantHeader: [][2]string{{"accept", "a"}},
+		},
+		{
+			name:       "connection options nominate nothing",
+			header:     http.Header{"Connection": {"close, Connection"}, "Close": {"kept"}},
+			wantHeader: [][2]string{{"close", "kept"}},
+		},
+		{
+			name:       "an upgrade keeps Connection and Upgrade",
+			header:     http.Header{"Connection": {"Upgrade, X-Hop"}, "Upgrade": {"websocket"}, "X-Hop": {"gone"}},
+			wantHeader: [][2]string{{"connection", "Upgrade, X-Hop"}, {"upgrade", "websocket"}},
+		},
+		{name: "nominating X-Forwarded-For is refused", header: http.Header{"Connection": {"x-forwarded-for"}}, wantErr: true},
+		{name: "nominating a pseudo-header is refused", header: http.Header{"Connection": {":path"}}, wantErr: true},
+		{name: "ten tokens are refused", header: http.Header{"Connection": {"a,b,c,d,e", "f,g,h,i,j"}}, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "https://gateway/api", nil)
+			r.Header = tc.header
+			got, err := pluginRequest(r)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("accepted: %q", got.Headers)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := append([][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "gateway"}, {":scheme", "https"}}, tc.wantHeader...)
+			want = append(want, [2]string{"x-forwarded-for", "192.0.2.1"})
+			if !slices.Equal(got.Headers, want) {
+				t.Errorf("headers\n got %q\nwant %q", got.Headers, want)
+			}
+		})
+	}
+}
+
+func TestClientForwardingHeadersAreReplacedByThePeerAddress(t *testing.T) {
+	r := httptest.NewRequest("GET", "https://gateway/api", nil)
+	r.RemoteAddr = "[2001:db8::7]:40000"
+	r.Header = http.Header{
+		"X-Forwarded-For": {"203.0.113.9, 10.0.0.1", "198.51.100.2"},
+		"X-Real-Ip":       {"203.0.113.10"},
+		"Forwarded":       {"for=203.0.113.11"},
+	}
+	got, err := pluginRequest(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "gateway"}, {":scheme", "https"},
+		{"x-forwarded-for", "203.0.113.9, 10.0.0.1,198.51.100.2,2001:db8::7"}}
+	if !slices.Equal(got.Headers, want) {
+		t.Errorf("headers\n got %q\nwant %q", got.Headers, want)
 	}
 }

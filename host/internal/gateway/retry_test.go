@@ -1,0 +1,197 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+const widgets = "/apis/example.com/v1/namespaces/default/widgets"
+
+// kube-apiserver's answers while it shuts down (k8s.io/apiserver's
+// WithRetryAfter and WithWaitGroup), and two answers that only look similar.
+var (
+	shutdownRetryAfter = func(w http.ResponseWriter) {
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "The apiserver is shutting down, please try again later.", http.StatusTooManyRequests)
+	}
+	shutdownWaitGroup = func(w http.ResponseWriter) {
+		w.Header().Add("Retry-After", "1")
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"apiserver is shutting down","reason":"ServiceUnavailable","code":503}`)
+	}
+	priorityAndFairness = func(w http.ResponseWriter) {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "Too many requests, please try again later.", http.StatusTooManyRequests)
+	}
+	serviceUnavailable = func(w http.ResponseWriter) {
+		w.Header().Set("Retry-After", "3")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"service unavailable","reason":"ServiceUnavailable","code":503}`)
+	}
+)
+
+func TestShuttingDownServersAnswersAreRetriedElsewhere(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer func(http.ResponseWriter)
+		// unhealthy marks kube-b, the only other server with widgets, unhealthy.
+		unhealthy  bool
+		wantStatus int
+	}{
+		{"429 of --shutdown-send-retry-after moves to another server", shutdownRetryAfter, false, http.StatusOK},
+		{"503 after the shutdown delay moves to another server", shutdownWaitGroup, false, http.StatusOK},
+		{"a priority-and-fairness 429 goes back to the client", priorityAndFairness, false, http.StatusTooManyRequests},
+		{"another 503 goes back to the client", serviceUnavailable, false, http.StatusServiceUnavailable},
+		{"without another capable server the 429 goes back to the client", shutdownRetryAfter, true, http.StatusTooManyRequests},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			handler := func(cluster string) http.Handler {
+				if cluster != "kube-a" {
+					return echoHandler(cluster)
+				}
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					_, _ = io.Copy(io.Discard, r.Body)
+					tc.answer(w)
+				})
+			}
+			servers := retryServers()
+			if tc.unhealthy {
+				servers = withHealth(servers, "kube-b")
+			}
+			h := newHarness(t, harnessConfig{servers: servers, handler: handler, plugin: routeTo("kube-a")})
+			for _, method := range []string{"GET", "POST"} {
+				for _, http2 := range []bool{false, true} {
+					var body io.Reader
+					if method == "POST" {
+						body = strings.NewReader(`{"kind":"Widget"}`)
+					}
+					resp, got := do(t, h.client(nil, http2), method, h.front.URL+widgets, nil, body)
+					if resp.StatusCode != tc.wantStatus {
+						t.Fatalf("%s http2=%v: status %d, want %d: %s", method, http2, resp.StatusCode, tc.wantStatus, got)
+					}
+					if tc.wantStatus == http.StatusOK {
+						if e := decodeEcho(t, got); e.Cluster != "kube-b" || (method == "POST" && e.Body != `{"kind":"Widget"}`) {
+							t.Errorf("%s http2=%v: served by %s with body %q", method, http2, e.Cluster, e.Body)
+						}
+						continue
+					}
+					// The client gets kube-a's answer as it was.
+					want := &fakeResponse{}
+					tc.answer(want)
+					if string(got) != want.body.String() || resp.Header.Get("Retry-After") != want.header.Get("Retry-After") {
+						t.Errorf("%s http2=%v: the client got %q, Retry-After %q; want kube-a's %q", method, http2, got, resp.Header.Get("Retry-After"), want.body.String())
+					}
+				}
+			}
+			if tc.wantStatus != http.StatusOK && h.hitsOf("kube-b") != 0 {
+				t.Errorf("kube-b saw %d requests", h.hitsOf("kube-b"))
+			}
+		})
+	}
+}
+
+// fakeResponse records what an answer function writes.
+type fakeResponse struct {
+	header http.Header
+	body   strings.Builder
+}
+
+func (f *fakeResponse) Header() http.Header {
+	if f.header == nil {
+		f.header = http.Header{}
+	}
+	return f.header
+}
+func (f *fakeResponse) Write(b []byte) (int, error) { return f.body.Write(b) }
+func (f *fakeResponse) WriteHeader(int)             {}
+
+// goAwayServer is an HTTP/2 server shutting down: it stops listening when the
+// first request arrives and answers it with a GOAWAY whose last stream ID (0)
+// says that no stream was processed.
+func goAwayServer(t *testing.T, cert tls.Certificate) string {
+	t.Helper()
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		conn, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		preface := make([]byte, len("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
+		if _, err := io.ReadFull(conn, preface); err != nil {
+			return
+		}
+		writeFrame(conn, 0x4, nil) // SETTINGS
+		for {
+			head := make([]byte, 9)
+			if _, err := io.ReadFull(conn, head); err != nil {
+				return
+			}
+			length := int(head[0])<<16 | int(head[1])<<8 | int(head[2])
+			if _, err := io.CopyN(io.Discard, conn, int64(length)); err != nil {
+				return
+			}
+			if head[3] == 0x1 { // HEADERS
+				l.Close()
+				writeFrame(conn, 0x7, make([]byte, 8)) // GOAWAY, last stream 0, NO_ERROR
+				_, _ = io.Copy(io.Discard, conn)
+				return
+			}
+		}
+	}()
+	return l.Addr().String()
+}
+
+func writeFrame(w io.Writer, kind byte, payload []byte) {
+	head := make([]byte, 9)
+	head[0], head[1], head[2] = byte(len(payload)>>16), byte(len(payload)>>8), byte(len(payload))
+	head[3] = kind
+	binary.BigEndian.PutUint32(head[5:], 0)
+	_, _ = w.Write(append(head, payload...))
+}
+
+func TestStreamsRefusedByGoAwayMoveToAnotherServer(t *testing.T) {
+	for _, tc := range []struct {
+		method, body string
+	}{
+		{"GET", ""},
+		{"POST", `{"kind":"Widget"}`},
+	} {
+		t.Run(tc.method, func(t *testing.T) {
+			h := newHarness(t, harnessConfig{servers: retryServers(), plugin: routeTo("kube-a"), listen: map[string]func(*harness) string{
+				"kube-a": func(h *harness) string {
+					return goAwayServer(t, mustServing(t, h.peerCA, DefaultPeerServerName, "127.0.0.1"))
+				},
+			}})
+			var body io.Reader
+			if tc.body != "" {
+				body = strings.NewReader(tc.body)
+			}
+			resp, got := do(t, h.client(nil, true), tc.method, h.front.URL+widgets, nil, body)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", resp.StatusCode, got)
+			}
+			if e := decodeEcho(t, got); e.Cluster != "kube-b" || e.Body != tc.body {
+				t.Errorf("served by %s with body %q, want kube-b with %q", e.Cluster, e.Body, tc.body)
+			}
+			if m := scrape(t, h); !strings.Contains(m, "skewgate_gateway_retries_total 1\n") {
+				t.Errorf("retry not counted:\n%s", m)
+			}
+		})
+	}
+}

@@ -1,0 +1,142 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLongRunningRequestsAreClassifiedAsKubeAPIServerDoes(t *testing.T) {
+	for _, tc := range []struct {
+		method, target string
+		upgrade        bool
+		want           bool
+	}{
+		{"GET", "/api/v1/namespaces/default/pods?watch=true", false, true},
+		{"GET", "/api/v1/namespaces/default/pods?watch=1&resourceVersion=5", false, true},
+		{"GET", "/api/v1/watch/namespaces/default/pods", false, true},
+		{"GET", "/apis/apps/v1/watch/deployments", false, true},
+		{"POST", "/api/v1/namespaces/default/pods/web/exec?command=sh", false, true},
+		{"POST", "/api/v1/namespaces/default/pods/web/attach", false, true},
+		{"POST", "/api/v1/namespaces/default/pods/web/portforward", false, true},
+		{"GET", "/api/v1/namespaces/default/pods/web/log?follow=true", false, true},
+		{"GET", "/api/v1/namespaces/default/pods/web/proxy/metrics", false, true},
+		{"GET", "/api/v1/namespaces/default/services/web:80/proxy/", false, true},
+		{"GET", "/api/v1/proxy/namespaces/default/pods/web", false, true},
+		{"GET", "/debug/pprof/profile?seconds=30", false, true},
+		{"GET", "/api/v1/namespaces/default/pods/web/exec", true, true},
+		{"GET", "/apis/example.com/v1/widgets", true, true},
+		{"GET", "/api/v1/namespaces/default/pods?watch=false", false, false},
+		{"GET", "/api/v1/namespaces/default/pods?watch=0", false, false},
+		{"GET", "/api/v1/namespaces/default/pods", false, false},
+		{"GET", "/api/v1/namespaces/default/pods/web", false, false},
+		{"PUT", "/api/v1/namespaces/default/pods/web/status", false, false},
+		{"POST", "/api/v1/namespaces/default/pods/web/eviction", false, false},
+		{"GET", "/apis", false, false},
+		{"GET", "/api/v1/watch", false, false},
+		{"GET", "/debug/pprof", false, false},
+		{"GET", "/logs/kube-apiserver.log", false, false},
+	} {
+		name := fmt.Sprintf("%s %s upgrade=%v", tc.method, tc.target, tc.upgrade)
+		t.Run(name, func(t *testing.T) {
+			r := httptest.NewRequest(tc.method, "https://gateway"+tc.target, nil)
+			if tc.upgrade {
+				r.Header.Set("Connection", "Upgrade")
+				r.Header.Set("Upgrade", "websocket")
+			}
+			if got := isLongRunning(r); got != tc.want {
+				t.Errorf("long-running = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// stalledBackend never answers short requests; watches answer after the
+// request timeout and stream; ?partial=1 starts an answer and then stalls.
+func stalledBackend(timeout time.Duration) func(string) http.Handler {
+	return func(string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case r.URL.Query().Get("watch") == "true":
+				time.Sleep(2 * timeout)
+				fmt.Fprintln(w, `{"type":"ADDED"}`)
+				http.NewResponseController(w).Flush()
+				time.Sleep(2 * timeout)
+				fmt.Fprintln(w, `{"type":"MODIFIED"}`)
+			case r.URL.Query().Get("partial") == "1":
+				fmt.Fprint(w, `{"kind":"PodList","items":[`)
+				http.NewResponseController(w).Flush()
+				<-r.Context().Done()
+			default:
+				<-r.Context().Done()
+			}
+		})
+	}
+}
+
+func TestRequestTimeoutAppliesToShortRequestsOnly(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	h := newHarness(t, harnessConfig{handler: stalledBackend(timeout), options: func(o *Options) { o.RequestTimeout = timeout }})
+	for _, http2 := range []bool{false, true} {
+		client := h.client(nil, http2)
+		t.Run(fmt.Sprintf("a request without an answer gets kube-apiserver's 504 http2=%v", http2), func(t *testing.T) {
+			resp, body := do(t, client, "GET", h.front.URL+commonPods, nil, nil)
+			if resp.StatusCode != http.StatusGatewayTimeout || resp.Header.Get("Content-Type") != "application/json" {
+				t.Fatalf("status %d, Content-Type %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+			}
+			var s struct {
+				Kind, APIVersion, Status, Message, Reason string
+				Code                                      int
+			}
+			if err := json.Unmarshal(body, &s); err != nil {
+				t.Fatal(err)
+			}
+			want := "Timeout: request did not complete within the allotted timeout"
+			if s.Kind != "Status" || s.APIVersion != "v1" || s.Status != "Failure" || s.Message != want || s.Reason != "Timeout" || s.Code != 504 {
+				t.Errorf("Status %+v", s)
+			}
+		})
+		t.Run(fmt.Sprintf("a short answer stalling past the deadline is cut http2=%v", http2), func(t *testing.T) {
+			// The client's own deadline is far beyond the gateway's.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*timeout)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "GET", h.front.URL+commonPods+"?partial=1", nil)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			body, err := io.ReadAll(resp.Body)
+			if err == nil || ctx.Err() != nil {
+				t.Errorf("the stalled answer was not cut by the gateway: %q, %v", body, err)
+			}
+		})
+		t.Run(fmt.Sprintf("a watch answers and streams past the deadline http2=%v", http2), func(t *testing.T) {
+			resp, err := client.Get(h.front.URL + commonPods + "?watch=true")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			lines := bufio.NewReader(resp.Body)
+			for _, want := range []string{"ADDED", "MODIFIED"} {
+				line, err := lines.ReadString('\n')
+				if err != nil || !strings.Contains(line, want) {
+					t.Fatalf("status %d, event %q, %v; want %s", resp.StatusCode, line, err, want)
+				}
+			}
+		})
+	}
+	if m := scrape(t, h); !strings.Contains(m, `kind="timeout"`) {
+		t.Errorf("timeouts not counted as upstream errors:\n%s", m)
+	}
+}
