@@ -39,11 +39,14 @@ func runServe(args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.WasmPath, "wasm", "", "plugin module (default: skewgate.wasm next to the binary, ../build/skewgate.wasm from it, or build/skewgate.wasm)")
 	fs.StringVar(&cfg.RoutingHeader, "routing-header", "", "internal header carrying the chosen upstream (default x-skewgate-upstream)")
 	fs.IntVar(&cfg.RetryAfterSeconds, "retry-after-seconds", 0, "Retry-After announced with 503 answers (default 5)")
-	fs.DurationVar(&cfg.PollInterval, "poll-interval", controller.DefaultPollInterval, "how often every API server is probed")
+	fs.DurationVar(&cfg.PollInterval, "poll-interval", controller.DefaultPollInterval, "how often every API server's discovery documents are refreshed")
+	fs.DurationVar(&cfg.ReadinessInterval, "readiness-interval", controller.DefaultReadinessInterval, "how often every API server's /readyz is probed between polls (at most --poll-interval)")
 	fs.DurationVar(&cfg.GracePeriod, "grace-period", controller.DefaultGracePeriod, "how long an unreachable API server stays in discovery")
 	fs.IntVar(&cfg.Instances, "instances", 0, "plugin VM instances (default: GOMAXPROCS; 1 in node-local mode)")
 	fs.StringVar(&cfg.CompilationCacheDir, "compilation-cache-dir", "", "directory caching the compiled plugin across restarts")
-	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", serve.DefaultShutdownTimeout, "how long in-flight requests may finish after SIGTERM")
+	fs.DurationVar(&cfg.PluginCallTimeout, "plugin-call-timeout", serve.DefaultPluginCallTimeout, "longest a plugin callback may run; an overrunning plugin VM is replaced")
+	fs.DurationVar(&cfg.ShutdownDelay, "shutdown-delay-duration", 0, "after SIGTERM, how long /readyz fails while both listeners keep serving, so that load balancers move away before the gateway stops accepting")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", serve.DefaultShutdownTimeout, "how long in-flight requests may finish once the listeners stop accepting; longer ones (watches) are then cut")
 	logs.register(fs, "info")
 	if err := parseFlags(fs, args, false); err != nil {
 		return err

@@ -21,7 +21,11 @@ func (s *Server) metricsHandler() http.Handler {
 		writeText(w, http.StatusOK, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.Ready() {
+		switch {
+		case s.stopping.Load():
+			writeText(w, http.StatusServiceUnavailable, "not ready: shutting down\n")
+			return
+		case !s.Ready():
 			writeText(w, http.StatusServiceUnavailable, "not ready: no snapshot accepted by the plugin yet\n")
 			return
 		}

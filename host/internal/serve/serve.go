@@ -48,7 +48,15 @@ const (
 	DefaultSecurePort           = 6443
 	DefaultMetricsBindAddress   = "127.0.0.1:9090"
 	DefaultShutdownTimeout      = 30 * time.Second
+	// DefaultPluginCallTimeout bounds one plugin callback: the plugin decides
+	// in microseconds, so only a request built to be slow comes near it, and
+	// it must not hold a VM that every other request needs.
+	DefaultPluginCallTimeout = time.Second
 )
+
+// maxHeaderBytes bounds a request's header block, Envoy's default
+// max_request_headers_kb (net/http adds 4 KiB of slack for the request line).
+const maxHeaderBytes = 60 << 10
 
 // Config is everything `skewgate serve` is told on its command line.
 type Config struct {
@@ -86,13 +94,24 @@ type Config struct {
 	RoutingHeader     string
 	RetryAfterSeconds int
 	PollInterval      time.Duration
+	// ReadinessInterval is how often the API servers' /readyz is probed
+	// between polls; default controller.DefaultReadinessInterval.
+	ReadinessInterval time.Duration
 	GracePeriod       time.Duration
+	// PluginCallTimeout bounds one plugin callback; default
+	// DefaultPluginCallTimeout.
+	PluginCallTimeout time.Duration
 	// Instances is the number of plugin VMs; default GOMAXPROCS, and 1 in
 	// node-local mode, whose clients are one node's control-plane components.
 	Instances           int
 	CompilationCacheDir string
-	ShutdownTimeout     time.Duration
-	Logger              *slog.Logger
+	// ShutdownDelay is how long both listeners keep serving, with /readyz
+	// failing, once shutdown begins, so that load balancers stop sending
+	// before the gateway stops accepting (kube-apiserver's
+	// --shutdown-delay-duration). ShutdownTimeout then bounds the drain.
+	ShutdownDelay   time.Duration
+	ShutdownTimeout time.Duration
+	Logger          *slog.Logger
 }
 
 // Server is a configured gateway; Listen binds it, Serve runs it.
@@ -109,7 +128,9 @@ type Server struct {
 
 	applied atomic.Pointer[appliedSnapshot]
 	ready   atomic.Bool
-	counts  counters
+	// stopping is set once shutdown begins: /readyz fails from then on.
+	stopping atomic.Bool
+	counts   counters
 }
 
 // appliedSnapshot is a snapshot the plugin accepted.
@@ -132,6 +153,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, plugins: &pluginSlot{}}
+	if !isLoopback(cfg.MetricsBindAddress) {
+		s.log.Warn("--metrics-bind-address is not a loopback address: /metrics, /debug/snapshot (every API server's discovery) and the status page are served there in plain HTTP without authentication to anyone who can reach it",
+			"metrics_bind_address", cfg.MetricsBindAddress)
+	}
 	if s.wasm, err = os.ReadFile(cfg.WasmPath); err != nil {
 		return nil, fmt.Errorf("plugin module: %w (run `make build` to build it)", err)
 	}
@@ -175,9 +200,12 @@ func New(cfg Config) (*Server, error) {
 		FrontProxyCertFile: cfg.ProxyClientCertFile,
 		FrontProxyKeyFile:  cfg.ProxyClientKeyFile,
 		PollInterval:       cfg.PollInterval,
+		ReadinessInterval:  cfg.ReadinessInterval,
 		GracePeriod:        cfg.GracePeriod,
-		OnSnapshot:         s.onSnapshot,
-		Logger:             cfg.Logger.With("component", "controller"),
+		// Only front-proxy mode presents the certificate for clients.
+		CheckFrontProxyCertificate: cfg.IdentityMode == IdentityFrontProxy,
+		OnSnapshot:                 s.onSnapshot,
+		Logger:                     cfg.Logger.With("component", "controller"),
 	}
 	if cfg.Kubeconfig != "" {
 		rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
@@ -194,11 +222,17 @@ func New(cfg Config) (*Server, error) {
 		TLSConfig:         gateway.ServerTLSConfig(servingCert, clientCAs),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelInfo),
 	}
+	// The operator endpoints answer small GETs at once: a connection that
+	// takes longer, or idles between scrapes, is closed.
 	s.metricsServer = &http.Server{
 		Handler:           s.metricsHandler(),
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       time.Minute,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelInfo),
 	}
 	return s, nil
@@ -231,6 +265,27 @@ func (c Config) complete() (Config, error) {
 	if c.MetricsBindAddress == "" {
 		c.MetricsBindAddress = DefaultMetricsBindAddress
 	}
+	if _, _, err := net.SplitHostPort(c.MetricsBindAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--metrics-bind-address %q: must be host:port: %w", c.MetricsBindAddress, err))
+	}
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{
+		{"--poll-interval", c.PollInterval},
+		{"--readiness-interval", c.ReadinessInterval},
+		{"--grace-period", c.GracePeriod},
+		{"--plugin-call-timeout", c.PluginCallTimeout},
+		{"--shutdown-delay-duration", c.ShutdownDelay},
+		{"--shutdown-timeout", c.ShutdownTimeout},
+	} {
+		if d.value < 0 {
+			errs = append(errs, fmt.Errorf("%s %v: must not be negative", d.flag, d.value))
+		}
+	}
+	if c.PluginCallTimeout == 0 {
+		c.PluginCallTimeout = DefaultPluginCallTimeout
+	}
 	if c.PeerServerName == "" {
 		c.PeerServerName = gateway.DefaultPeerServerName
 	}
@@ -240,7 +295,7 @@ func (c Config) complete() (Config, error) {
 	if c.RetryAfterSeconds == 0 {
 		c.RetryAfterSeconds = gateway.DefaultRetryAfterSeconds
 	}
-	if c.ShutdownTimeout <= 0 {
+	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.IdentityMode == "" {
@@ -306,6 +361,20 @@ func DefaultWasmPath() (string, error) {
 	return "", fmt.Errorf("the plugin module was not found (looked at %v): run `make build` or give --wasm", candidates)
 }
 
+// isLoopback reports whether a host:port listens on the loopback interface
+// only; a host name other than localhost may resolve to anything.
+func isLoopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
 func readPool(path string) (*x509.CertPool, error) {
 	pemBytes, err := os.ReadFile(path)
 	if err != nil {
@@ -336,18 +405,23 @@ func (s *Server) Listen() error {
 func (s *Server) GatewayAddr() net.Addr { return s.gatewayListener.Addr() }
 func (s *Server) MetricsAddr() net.Addr { return s.metricsListener.Addr() }
 
-// Ready reports whether a snapshot was accepted by the plugin VMs.
-func (s *Server) Ready() bool { return s.ready.Load() }
+// Ready reports whether a snapshot was accepted by the plugin VMs and
+// shutdown has not begun.
+func (s *Server) Ready() bool { return s.ready.Load() && !s.stopping.Load() }
 
-// Serve runs the controller and both listeners until ctx is done, then drains
-// in-flight requests for at most Config.ShutdownTimeout. Listen must have been
-// called.
+// Serve runs the controller and both listeners until ctx is done, then shuts
+// down as kube-apiserver does: /readyz fails at once, both listeners keep
+// serving for Config.ShutdownDelay, then they stop accepting and in-flight
+// requests drain for at most Config.ShutdownTimeout, after which the rest
+// (long-running watches) are cut. Every listener is closed when Serve
+// returns. Listen must have been called.
 func (s *Server) Serve(ctx context.Context) error {
 	if s.gatewayListener == nil {
 		return errors.New("serve: Listen was not called")
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// Routing stays current until the gateway has drained.
+	ctrlCtx, stopController := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopController()
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	wg.Go(func() {
@@ -363,7 +437,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	controllerDone := make(chan struct{})
 	go func() {
 		defer close(controllerDone)
-		_ = s.ctrl.Run(ctx)
+		_ = s.ctrl.Run(ctrlCtx)
 	}()
 	s.log.Info("skewgate serving", "gateway", s.gatewayListener.Addr().String(), "metrics", s.metricsListener.Addr().String(),
 		"identity_mode", s.cfg.IdentityMode, "wasm", s.cfg.WasmPath)
@@ -371,19 +445,40 @@ func (s *Server) Serve(ctx context.Context) error {
 	var runErr error
 	select {
 	case <-ctx.Done():
+		s.stopping.Store(true)
+		if delay := s.cfg.ShutdownDelay; delay > 0 {
+			s.log.Info("shutting down: /readyz fails; still serving for the shutdown delay", "delay", delay)
+			// A client on a kept-alive connection never meets the load
+			// balancer again: answering with Connection: close (HTTP/1.1) and
+			// GOAWAY once idle (HTTP/2) makes it reconnect through it.
+			s.gatewayServer.SetKeepAlivesEnabled(false)
+			timer := time.NewTimer(delay)
+			select {
+			case <-timer.C:
+			case runErr = <-errs:
+				timer.Stop()
+			}
+		}
 	case runErr = <-errs:
-		cancel()
 	}
+	s.stopping.Store(true)
 	s.log.Info("shutting down: draining in-flight requests", "timeout", s.cfg.ShutdownTimeout)
-	s.ready.Store(false)
 	drainCtx, drainCancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer drainCancel()
-	if err := s.gatewayServer.Shutdown(drainCtx); err != nil {
-		s.log.Warn("in-flight requests did not finish in time; closing them", "error", err)
-		_ = s.gatewayServer.Close()
+	// Both listeners close together, so that a process started in this
+	// one's place can bind both ports while it drains.
+	var drain sync.WaitGroup
+	for name, srv := range map[string]*http.Server{"gateway": s.gatewayServer, "metrics": s.metricsServer} {
+		drain.Go(func() {
+			if err := srv.Shutdown(drainCtx); err != nil {
+				s.log.Warn("in-flight requests did not finish in time; closing them", "listener", name, "error", err)
+				_ = srv.Close()
+			}
+		})
 	}
-	_ = s.metricsServer.Shutdown(drainCtx)
+	drain.Wait()
 	wg.Wait()
+	stopController()
 	<-controllerDone
 	s.gw.CloseIdleConnections()
 	if host := s.plugins.host.Load(); host != nil {
@@ -434,6 +529,7 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 			RootID:              envoyconfig.FilterName,
 			VMID:                envoyconfig.FilterName,
 			PluginConfiguration: config,
+			CallTimeout:         s.cfg.PluginCallTimeout,
 			Logger:              s.log.With("component", "plugin"),
 		})
 		if err != nil {

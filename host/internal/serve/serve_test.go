@@ -304,6 +304,13 @@ func TestConfigMistakesNameTheFlag(t *testing.T) {
 		{"missing module", func(c *Config) {}, "plugin module"},
 		{"node-local on a public address", func(c *Config) { c.LocalAPIServer, c.BindAddress = "https://10.0.0.1:6443", "0.0.0.0" }, "--bind-address 0.0.0.0: node-local mode"},
 		{"node-local with a host name", func(c *Config) { c.LocalAPIServer, c.BindAddress = "https://10.0.0.1:6443", "localhost" }, "--bind-address localhost: node-local mode"},
+		{"metrics address without a port", func(c *Config) { c.MetricsBindAddress = "127.0.0.1" }, "--metrics-bind-address"},
+		{"negative poll interval", func(c *Config) { c.PollInterval = -time.Second }, "--poll-interval"},
+		{"negative readiness interval", func(c *Config) { c.ReadinessInterval = -time.Second }, "--readiness-interval"},
+		{"negative grace period", func(c *Config) { c.GracePeriod = -time.Second }, "--grace-period"},
+		{"negative plugin call timeout", func(c *Config) { c.PluginCallTimeout = -time.Second }, "--plugin-call-timeout"},
+		{"negative shutdown delay", func(c *Config) { c.ShutdownDelay = -time.Second }, "--shutdown-delay-duration"},
+		{"negative shutdown timeout", func(c *Config) { c.ShutdownTimeout = -time.Second }, "--shutdown-timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := base

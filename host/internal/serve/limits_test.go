@@ -1,0 +1,105 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMetricsListenerOffLoopbackWarnsThatItIsUnauthenticated(t *testing.T) {
+	for _, tc := range []struct {
+		address string
+		warn    bool
+	}{
+		{"127.0.0.1:0", false},
+		{"[::1]:0", false},
+		{"localhost:0", false},
+		{"0.0.0.0:0", true},
+		{":0", true},
+		{"10.0.0.1:9090", true},
+		{"metrics.example:9090", true},
+	} {
+		t.Run(tc.address, func(t *testing.T) {
+			f := newFixture(t)
+			var logs bytes.Buffer
+			f.cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			f.cfg.MetricsBindAddress = tc.address
+			if _, err := New(f.cfg); err != nil {
+				t.Fatal(err)
+			}
+			out := logs.String()
+			warned := strings.Contains(out, "--metrics-bind-address is not a loopback address") &&
+				strings.Contains(out, "/debug/snapshot") && strings.Contains(out, "without authentication")
+			if warned != tc.warn {
+				t.Errorf("warned = %v, want %v:\n%s", warned, tc.warn, out)
+			}
+		})
+	}
+}
+
+func TestOperatorListenerBoundsSlowAndIdleConnections(t *testing.T) {
+	f := newFixture(t)
+	s, err := New(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := s.metricsServer
+	if m.ReadHeaderTimeout <= 0 || m.ReadTimeout <= 0 || m.WriteTimeout <= 0 || m.IdleTimeout <= 0 {
+		t.Errorf("metrics server timeouts: header %v, read %v, write %v, idle %v; want all bounded",
+			m.ReadHeaderTimeout, m.ReadTimeout, m.WriteTimeout, m.IdleTimeout)
+	}
+}
+
+func TestGatewayAnswers431ToHeadersBeyondSixtyKiB(t *testing.T) {
+	f := newFixture(t)
+	s, err := New(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	eventually(t, "ready", s.Ready)
+	ca, _ := readPool(f.cfg.PeerCAFile)
+	// HTTP/1.1: an HTTP/2 client refuses to send more than the server's
+	// advertised limit itself.
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: ca, NextProtos: []string{"http/1.1"}},
+		TLSNextProto:    map[string]func(string, *tls.Conn) http.RoundTripper{},
+	}}
+	for _, tc := range []struct {
+		name string
+		size int
+		want int
+	}{
+		{"50 KiB", 50 << 10, http.StatusOK},
+		{"70 KiB", 70 << 10, http.StatusRequestHeaderFieldsTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, "https://"+s.GatewayAddr().String()+"/api/v1/namespaces/x/configmaps", nil)
+			req.Header.Set("X-Padding", strings.Repeat("a", tc.size))
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("status %d, want %d", resp.StatusCode, tc.want)
+			}
+		})
+	}
+}
