@@ -67,13 +67,13 @@ func (g *Gateway) WritePrometheus(w io.Writer) error {
 		sample("skewgate_gateway_requests_total", strconv.FormatUint(requests[k], 10), "verdict", k.verdict, "code", strconv.Itoa(k.code))
 	}
 	header("skewgate_gateway_upstream_errors_total", "counter",
-		"Failed attempts to reach an API server, by backend cluster and kind (connect, tls, timeout, transport).")
+		"Failed attempts to reach an API server, by backend cluster and kind (connect, tls, timeout, transport; shutting_down: the server refused the request while shutting down).")
 	for _, k := range slices.SortedFunc(maps.Keys(upstreamErrors), func(a, b upstreamErrorKey) int {
 		return cmp.Or(cmp.Compare(a.backend, b.backend), cmp.Compare(a.kind, b.kind))
 	}) {
 		sample("skewgate_gateway_upstream_errors_total", strconv.FormatUint(upstreamErrors[k], 10), "backend", k.backend, "kind", k.kind)
 	}
-	header("skewgate_gateway_retries_total", "counter", "Requests sent again to another API server after a connection failure.")
+	header("skewgate_gateway_retries_total", "counter", "Requests sent again to another API server because the previous one provably did not process them (unreachable, or shutting down).")
 	sample("skewgate_gateway_retries_total", strconv.FormatUint(m.retries.Load(), 10))
 	header("skewgate_gateway_plugin_failures_total", "counter", "Requests the plugin could not process (answered by the failure policy).")
 	sample("skewgate_gateway_plugin_failures_total", strconv.FormatUint(m.pluginFailures.Load(), 10))
