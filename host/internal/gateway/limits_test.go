@@ -113,3 +113,24 @@ func TestClientLeavingWhileThePluginRunsIsNotAPluginFailure(t *testing.T) {
 		t.Errorf("answered a client that left: %s", body)
 	}
 }
+
+func TestInvalidConnectionNominationIsRefusedBeforeThePlugin(t *testing.T) {
+	var calls atomic.Int64
+	plugin := pluginFunc(func(ctx context.Context, req *wasmhost.Request) wasmhost.Outcome {
+		calls.Add(1)
+		return routeTo("")(ctx, req)
+	})
+	h := newHarness(t, harnessConfig{plugin: plugin})
+	r := httptest.NewRequest("GET", "https://gateway"+commonPods, nil)
+	r.Header.Set("Connection", "X-Forwarded-For")
+	r.Header.Set("X-Forwarded-For", "203.0.113.9")
+	rec := httptest.NewRecorder()
+	h.gw.ServeHTTP(rec, r)
+	var s status
+	if err := json.Unmarshal(rec.Body.Bytes(), &s); err != nil || rec.Code != http.StatusBadRequest || s.Reason != "BadRequest" {
+		t.Errorf("status %d, body %s (%v); want a 400 BadRequest Status", rec.Code, rec.Body, err)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("the plugin ran %d times", n)
+	}
+}
