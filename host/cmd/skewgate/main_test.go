@@ -230,3 +230,15 @@ func TestVersionNamesTheBuild(t *testing.T) {
 		t.Errorf("exit %d: %q", code, stdout)
 	}
 }
+
+func TestServeRefusesNegativeDurationsNamingTheFlag(t *testing.T) {
+	for _, flag := range []string{"--poll-interval", "--readiness-interval", "--grace-period", "--request-timeout",
+		"--plugin-call-timeout", "--shutdown-delay-duration", "--shutdown-timeout"} {
+		t.Run(flag, func(t *testing.T) {
+			code, _, stderr := runCLI(t, "serve", flag+"=-1s")
+			if code != 1 || !strings.Contains(stderr, flag+" -1s: must not be negative") {
+				t.Errorf("exit %d, %q; want an error naming %s", code, stderr, flag)
+			}
+		})
+	}
+}

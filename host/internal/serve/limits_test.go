@@ -103,3 +103,31 @@ func TestGatewayAnswers431ToHeadersBeyondSixtyKiB(t *testing.T) {
 		})
 	}
 }
+
+func TestRequestTimeoutAnswersASlowRequest504(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.RequestTimeout = 300 * time.Millisecond
+	s, err := New(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx) }()
+	defer func() {
+		cancel()
+		f.release()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	eventually(t, "ready", s.Ready)
+	ca, _ := readPool(f.cfg.PeerCAFile)
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca}}}
+	if code, _, body := get(t, client, "https://"+s.GatewayAddr().String()+"/slow"); code != http.StatusGatewayTimeout {
+		t.Errorf("a request its server does not answer: %d %s, want 504 after --request-timeout", code, body)
+	}
+}

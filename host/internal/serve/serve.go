@@ -101,6 +101,10 @@ type Config struct {
 	// PluginCallTimeout bounds one plugin callback; default
 	// DefaultPluginCallTimeout.
 	PluginCallTimeout time.Duration
+	// RequestTimeout bounds a request that is not long-running
+	// (kube-apiserver's --request-timeout); default
+	// gateway.DefaultRequestTimeout.
+	RequestTimeout time.Duration
 	// Instances is the number of plugin VMs; default GOMAXPROCS, and 1 in
 	// node-local mode, whose clients are one node's control-plane components.
 	Instances           int
@@ -180,6 +184,7 @@ func New(cfg Config) (*Server, error) {
 		PeerServerName:    cfg.PeerServerName,
 		RoutingHeader:     cfg.RoutingHeader,
 		RetryAfterSeconds: cfg.RetryAfterSeconds,
+		RequestTimeout:    cfg.RequestTimeout,
 		Logger:            cfg.Logger,
 	}
 	if cfg.IdentityMode == IdentityFrontProxy {
@@ -276,6 +281,7 @@ func (c Config) complete() (Config, error) {
 		{"--readiness-interval", c.ReadinessInterval},
 		{"--grace-period", c.GracePeriod},
 		{"--plugin-call-timeout", c.PluginCallTimeout},
+		{"--request-timeout", c.RequestTimeout},
 		{"--shutdown-delay-duration", c.ShutdownDelay},
 		{"--shutdown-timeout", c.ShutdownTimeout},
 	} {

@@ -308,6 +308,7 @@ func TestConfigMistakesNameTheFlag(t *testing.T) {
 		{"negative poll interval", func(c *Config) { c.PollInterval = -time.Second }, "--poll-interval"},
 		{"negative readiness interval", func(c *Config) { c.ReadinessInterval = -time.Second }, "--readiness-interval"},
 		{"negative grace period", func(c *Config) { c.GracePeriod = -time.Second }, "--grace-period"},
+		{"negative request timeout", func(c *Config) { c.RequestTimeout = -time.Second }, "--request-timeout"},
 		{"negative plugin call timeout", func(c *Config) { c.PluginCallTimeout = -time.Second }, "--plugin-call-timeout"},
 		{"negative shutdown delay", func(c *Config) { c.ShutdownDelay = -time.Second }, "--shutdown-delay-duration"},
 		{"negative shutdown timeout", func(c *Config) { c.ShutdownTimeout = -time.Second }, "--shutdown-timeout"},
