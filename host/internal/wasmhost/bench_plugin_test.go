@@ -178,10 +178,9 @@ func benchmarkRequestHeadersCallback(b *testing.B, h *Host, req *Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	inst := s.inst
-	st := &inst.stream
-	st.begin(inst.newContextID(), inst.root, req)
-	defer st.finish()
-	sctx := guestContext{id: st.id, root: inst.root, stream: st}
+	st := inst.newStream(context.Background(), inst.root, req)
+	defer inst.releaseStream(st)
+	sctx := st.guestContext()
 	if _, err := inst.call2(inst.fns.onContextCreate, sctx, sctx.id, inst.root.id); err != nil {
 		b.Fatal(err)
 	}
@@ -190,9 +189,9 @@ func benchmarkRequestHeadersCallback(b *testing.B, h *Host, req *Request) {
 		st.headers = append(st.headers[:0], req.Headers...)
 		st.routeCacheCleared, st.response = false, nil
 		inst.stack[0], inst.stack[1], inst.stack[2] = uint64(sctx.id), uint64(len(st.headers)), 1
-		st.inRequestHeaders = true
+		st.requestOpen = true
 		_, err := inst.invoke(inst.fns.onRequestHeaders, sctx)
-		st.inRequestHeaders = false
+		st.requestOpen = false
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -42,15 +42,15 @@ func BenchmarkRequestHeadersCallback(b *testing.B) {
 	defer s.mu.Unlock()
 	inst := s.inst
 	req := &Request{Headers: [][2]string{{":method", "GET"}, {":path", "/api/v1/pods"}, {":authority", "kube"}, {"x-tenant", "acme"}}}
-	inst.stream.begin(inst.newContextID(), inst.root, req)
-	sctx := guestContext{id: inst.stream.id, root: inst.root, stream: &inst.stream}
+	st := inst.newStream(context.Background(), inst.root, req)
+	sctx := st.guestContext()
 	if _, err := inst.call2(inst.fns.onContextCreate, sctx, sctx.id, inst.root.id); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		inst.stack[0], inst.stack[1], inst.stack[2] = uint64(sctx.id), uint64(len(inst.stream.headers)), 1
-		inst.stream.inRequestHeaders = true
+		inst.stack[0], inst.stack[1], inst.stack[2] = uint64(sctx.id), uint64(len(st.headers)), 1
+		st.requestOpen = true
 		if action, err := inst.invoke(inst.fns.onRequestHeaders, sctx); err != nil || action != actionContinue {
 			b.Fatalf("action %d, error %v", action, err)
 		}

@@ -15,13 +15,15 @@ import (
 	"github.com/skewgate/skewgate/host/envoyabi"
 )
 
-// handleOn runs a request on one specific instance, bypassing the pool.
+// handleOn runs a request that needs no HTTP call on one specific instance, bypassing the pool.
 func handleOn(h *Host, slotIndex int, req *Request) Outcome {
 	s := h.slots[slotIndex]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out Outcome
-	s.inst.handle(req, &out)
+	if paused := s.inst.startStream(context.Background(), req, &out); paused != nil {
+		panic("handleOn: the stream waits for an HTTP call")
+	}
 	return out
 }
 
@@ -409,6 +411,28 @@ func TestPoolTimeoutAnswersPerFailurePolicy(t *testing.T) {
 	}
 	if out := h.HandleRequestHeaders(context.Background(), opRequest("metrics")); out.Failed != nil {
 		t.Fatalf("instance not returned to the pool: %+v", out)
+	}
+}
+
+func TestClientGoneWhileWaitingForAnInstanceIsNotAPluginFailure(t *testing.T) {
+	opts := guestOptions(t, nil)
+	opts.Instances = 1
+	h := newHost(t, guestWasm(t), opts)
+	s, err := h.acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan Outcome, 1)
+	go func() { done <- h.HandleRequestHeaders(ctx, opRequest("metrics")) }()
+	cancel()
+	out := <-done
+	h.putBack(s)
+	if !errors.Is(out.Failed, context.Canceled) || out.Verdict != Reset {
+		t.Fatalf("outcome %+v", out)
+	}
+	if text := prometheusText(t, h); !strings.Contains(text, "skewgate_wasm_failed_requests_total 0\n") {
+		t.Fatalf("a client that left is counted as a failed request:\n%s", text)
 	}
 }
 

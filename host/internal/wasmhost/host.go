@@ -4,9 +4,10 @@
 // plugin behaves in skewgate's gateway as it does in Envoy.
 //
 // A Host compiles the module once and keeps a pool of VM instances (Envoy: one per worker). A request takes an
-// instance, runs a whole stream (create, request headers, log, done, delete) and returns it. A trapped instance
-// is replaced in the background with exponential backoff; configuration changes start a new root context on every
-// instance and commit only if all accept.
+// instance, runs a whole stream (create, request headers, log, done, delete) and returns it; a stream that pauses
+// for proxy_http_call gives the instance back while the call runs and takes it again for the response. A trapped
+// instance is replaced in the background with exponential backoff; configuration changes start a new root
+// context on every instance and commit only if all accept.
 package wasmhost
 
 import (
@@ -68,6 +69,9 @@ type Host struct {
 	wg         sync.WaitGroup
 	done       chan struct{}
 	wake       chan struct{}
+	// ctx is cancelled by Close; HTTP calls no request waits for run under it.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // slot is a position in the pool. Its mutex is held by whichever goroutine uses the slot's instance.
@@ -81,12 +85,21 @@ type slot struct {
 	current atomic.Pointer[instance]
 	// crashes counts consecutive crashes of short-lived instances (guarded by Host.mu).
 	crashes int
-	// The slot's worker goroutine runs its streams: start hands it req and
-	// out, finished says it is done. Only the goroutine holding mu uses them.
-	req      *Request
-	out      *Outcome
+	// The slot's worker goroutine runs guest callbacks: start hands it job,
+	// finished says it is done. Only the goroutine holding mu uses them.
+	job      workerJob
 	start    chan struct{}
 	finished chan struct{}
+}
+
+// workerJob is one turn of a slot's worker: fn if set, else the start of a stream for req, whose stream is left
+// in paused if it waits for HTTP calls.
+type workerJob struct {
+	fn     func()
+	ctx    context.Context
+	req    *Request
+	out    *Outcome
+	paused *stream
 }
 
 // New compiles wasm, links the Envoy import set for its ABI, and starts opts.Instances VM instances configured with
@@ -105,6 +118,7 @@ func New(ctx context.Context, wasm []byte, opts Options) (*Host, error) {
 		wake:          make(chan struct{}, 1),
 		moduleConfig:  wazero.NewModuleConfig().WithName("").WithStartFunctions(),
 	}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
 	rc := wazero.NewRuntimeConfig().
 		WithMemoryLimitPages(maxMemoryPages).
 		WithCloseOnContextDone(opts.CallTimeout > 0)
@@ -125,13 +139,17 @@ func New(ctx context.Context, wasm []byte, opts Options) (*Host, error) {
 	h.pool = make(chan *slot, opts.Instances)
 	for i := range h.slots {
 		s := &slot{index: i, start: make(chan struct{}), finished: make(chan struct{}, 1)}
+		// Held while the instance starts: a call its root dispatches delivers only to the slot's instance.
+		s.mu.Lock()
 		inst, err := h.newInstance(s, h.configuration)
 		if err != nil {
+			s.mu.Unlock()
 			h.release(ctx)
 			return nil, fmt.Errorf("start Wasm VM instance %d: %w", i, err)
 		}
 		s.inst, s.inPool = inst, true
 		s.current.Store(inst)
+		s.mu.Unlock()
 		h.slots[i] = s
 		h.pool <- s
 	}
@@ -174,8 +192,9 @@ func (h *Host) load(ctx context.Context, wasm []byte) error {
 	return h.link(ctx)
 }
 
-// release frees the runtime and the compilation cache.
+// release cancels detached HTTP calls and frees the runtime and the compilation cache.
 func (h *Host) release(ctx context.Context) {
+	h.cancel()
 	_ = h.runtime.Close(ctx)
 	if h.cache != nil {
 		_ = h.cache.Close(ctx)
@@ -191,6 +210,7 @@ func (h *Host) Close(ctx context.Context) error {
 	}
 	close(h.done)
 	h.background.Unlock()
+	h.cancel()
 	h.wg.Wait()
 	h.release(ctx)
 	return nil
@@ -219,27 +239,54 @@ func (h *Host) ABI() string { return h.abi }
 // HandleRequestHeaders runs one request through the plugin: it takes an instance from the pool, runs
 // proxy_on_context_create, proxy_on_request_headers, proxy_on_log, proxy_on_done and proxy_on_delete, and returns
 // what the gateway must do. It never panics on guest misbehaviour; see Outcome.Failed.
+//
+// A stream the plugin pauses with HTTP calls outstanding waits for them with its instance back in the pool; each
+// response runs proxy_on_http_call_response on that instance, until the plugin answers (Respond), resumes
+// (Forward with the headers as modified) or pauses with no call left (the failure policy). If the instance
+// failed meanwhile, its contexts are gone and the failure policy answers with ErrStreamLost. If ctx ends first,
+// the calls are cancelled, the stream's context is finished as Envoy finishes a reset stream, and the Outcome is
+// Reset with Failed set to ctx.Err(); the same if ctx ends while the request waits for an instance. Neither counts
+// as a failed request: the client left.
 func (h *Host) HandleRequestHeaders(ctx context.Context, req *Request) Outcome {
 	var out Outcome
 	s, err := h.acquire(ctx)
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return clientGone(err)
+		}
 		h.applyFailurePolicy(req, &out, err)
 		return out
 	}
-	if !h.runOnWorker(s, req, &out) {
+	inst := s.inst
+	s.job = workerJob{ctx: ctx, req: req, out: &out}
+	if !h.startOnWorker(s) {
 		h.applyFailurePolicy(req, &out, ErrClosed)
 	}
+	paused := s.job.paused
+	var calls streamCalls
+	if paused != nil {
+		calls = paused.calls
+	}
+	s.job = workerJob{}
 	h.putBack(s)
+	if paused != nil {
+		h.awaitCalls(ctx, s, inst, paused, calls, req, &out)
+	}
 	return out
 }
 
-// runOnWorker runs a stream on the slot's own goroutine, whose stack has long
+// runOnWorker runs fn on the slot's worker; the caller holds the slot.
+func (h *Host) runOnWorker(s *slot, fn func()) bool {
+	s.job.fn = fn
+	defer func() { s.job.fn = nil }()
+	return h.startOnWorker(s)
+}
+
+// startOnWorker runs s.job on the slot's own goroutine, whose stack has long
 // grown to what calls into the guest need. Run on the caller's goroutine
 // instead, every request (a fresh goroutine in net/http) would grow and copy
 // its stack on the way into the guest, which costs more than the hand-over.
-func (h *Host) runOnWorker(s *slot, req *Request, out *Outcome) bool {
-	s.req, s.out = req, out
-	defer func() { s.req, s.out = nil, nil }()
+func (h *Host) startOnWorker(s *slot) bool {
 	select {
 	case s.start <- struct{}{}:
 	case <-h.done:
@@ -249,18 +296,25 @@ func (h *Host) runOnWorker(s *slot, req *Request, out *Outcome) bool {
 	return true
 }
 
-// runWorker serves the slot's streams until the host closes.
+// runWorker runs the slot's jobs until the host closes.
 func (h *Host) runWorker(s *slot) {
 	for {
 		select {
 		case <-s.start:
-			s.inst.handle(s.req, s.out)
+			if j := &s.job; j.fn != nil {
+				j.fn()
+			} else {
+				j.paused = s.inst.startStream(j.ctx, j.req, j.out)
+			}
 			s.finished <- struct{}{}
 		case <-h.done:
 			return
 		}
 	}
 }
+
+// clientGone is the outcome of a request whose context ended before the plugin decided it.
+func clientGone(err error) Outcome { return Outcome{Verdict: Reset, Failed: err} }
 
 // applyFailurePolicy answers a request the plugin could not process.
 func (h *Host) applyFailurePolicy(req *Request, out *Outcome, err error) {
@@ -440,8 +494,11 @@ func (h *Host) recreate(failed *instance) {
 			h.mu.Unlock()
 			return
 		}
+		// Held while the instance starts: a call its root dispatches delivers only to the slot's instance.
+		s.mu.Lock()
 		inst, err := h.newInstance(s, h.configuration)
 		if err != nil {
+			s.mu.Unlock()
 			h.mu.Unlock()
 			h.counters.recreationFailures.Add(1)
 			h.logger.Error("Wasm VM recreation failed", "plugin", h.opts.PluginName, "instance", s.index,
@@ -450,7 +507,6 @@ func (h *Host) recreate(failed *instance) {
 			timer.Reset(delay)
 			continue
 		}
-		s.mu.Lock()
 		s.inst = inst
 		s.current.Store(inst)
 		queue := !s.inPool

@@ -82,7 +82,8 @@ func proxyGetConfiguration(inst *instance, stack []uint64) {
 }
 
 // buffer returns the buffer of type t. VM configuration is always readable; the plugin configuration only while
-// proxy_on_configure runs (Envoy keeps it in temp_plugin_ for that call only). Bodies are not available to this
+// proxy_on_configure runs (Envoy keeps it in temp_plugin_ for that call only); an HTTP call's response body only
+// while proxy_on_http_call_response runs for it. Request and response bodies are not available to this
 // headers-only host.
 func (inst *instance) buffer(t uint32) ([]byte, bool) {
 	switch t {
@@ -92,8 +93,21 @@ func (inst *instance) buffer(t uint32) ([]byte, bool) {
 		if inst.configuring != nil {
 			return inst.configuring.configuration, true
 		}
+	case bufferTypeHTTPCallResponseBody:
+		if c := inst.activeCallResponse(); c != nil {
+			return c.body, true
+		}
 	}
 	return nil, false
+}
+
+// activeCallResponse is the HTTP call response the effective context may read: one is being delivered to its
+// root and the call succeeded.
+func (inst *instance) activeCallResponse() *callResponse {
+	if c := &inst.callResponse; c.present && c.root == inst.effective.root {
+		return c
+	}
+	return nil
 }
 
 // proxy_get_buffer_bytes(type, start, max_size, return_data, return_size)
@@ -136,23 +150,30 @@ func proxySetBufferBytes(inst *instance, stack []uint64) {
 	stack[0] = uint64(statusBadArgument)
 }
 
-// headerMap returns the stream whose request headers the effective context may access. Only request headers
-// exist in this host; other maps are "not available" (BAD_ARGUMENT), or NOT_FOUND for reads in the log phase, as
-// Envoy answers. Mutations are allowed only while the request-headers callback runs.
-func (inst *instance) headerMap(mapType uint32, mutate bool) (*stream, status) {
+// headerMap returns the header map of mapType the effective context may access, and the stream when that map is
+// its request headers. Request headers belong to a stream and change only while its request is open; an HTTP
+// call response's headers and trailers exist while proxy_on_http_call_response runs for a call that got one.
+// Other maps are "not available" (BAD_ARGUMENT), or NOT_FOUND for reads in the log phase, as Envoy answers.
+func (inst *instance) headerMap(mapType uint32, mutate bool) (*[][2]string, *stream, status) {
 	s := inst.effective.stream
-	switch {
-	case mapType > mapTypeLast || s == nil:
-		return nil, statusBadArgument
-	case mapType != mapTypeRequestHeaders:
-		if s.inLog && !mutate {
-			return nil, statusNotFound
+	switch mapType {
+	case mapTypeRequestHeaders:
+		if s == nil || (mutate && !s.requestOpen) {
+			return nil, nil, statusBadArgument
 		}
-		return nil, statusBadArgument
-	case mutate && !s.inRequestHeaders:
-		return nil, statusBadArgument
+		return &s.headers, s, statusOK
+	case mapTypeHTTPCallResponseHeaders, mapTypeHTTPCallResponseTrailer:
+		if c := inst.activeCallResponse(); c != nil {
+			if mapType == mapTypeHTTPCallResponseHeaders {
+				return &c.headers, nil, statusOK
+			}
+			return &c.trailers, nil, statusOK
+		}
 	}
-	return s, statusOK
+	if mapType <= mapTypeLast && s != nil && s.inLog && !mutate {
+		return nil, nil, statusNotFound
+	}
+	return nil, nil, statusBadArgument
 }
 
 // equalLower compares a stored (lower-case) key with a guest key case-insensitively, as Envoy lower-cases keys.
@@ -194,12 +215,12 @@ func proxyGetHeaderMapValue(inst *instance, stack []uint64) {
 		stack[0] = uint64(statusInvalidMemoryAccess)
 		return
 	}
-	s, st := inst.headerMap(u32(stack[0]), false)
+	hm, _, st := inst.headerMap(u32(stack[0]), false)
 	if st != statusOK {
 		stack[0] = uint64(st)
 		return
 	}
-	for _, h := range s.headers {
+	for _, h := range *hm {
 		if equalLower(h[0], key) {
 			stack[0] = uint64(inst.returnString(h[1], u32(stack[3]), u32(stack[4])))
 			return
@@ -228,22 +249,31 @@ func writeHeaderMapValue(inst *instance, stack []uint64, replace bool) {
 		stack[0] = uint64(statusInvalidMemoryAccess)
 		return
 	}
-	s, st := inst.headerMap(u32(stack[0]), true)
+	hm, s, st := inst.headerMap(u32(stack[0]), true)
 	if st == statusOK && !validHeader(key, value) {
 		st = statusBadArgument
 	}
 	if st == statusOK {
 		if replace {
-			s.removeHeader(key)
+			*hm = removeHeader(*hm, key)
 		}
-		s.headers = append(s.headers, [2]string{lowerString(key), string(value)})
-		s.routeCacheCleared = true
+		*hm = append(*hm, [2]string{lowerString(key), string(value)})
+		s.mutated()
 	}
 	stack[0] = uint64(st)
 }
 
-func (s *stream) removeHeader(key []byte) {
-	s.headers = slices.DeleteFunc(s.headers, func(h [2]string) bool { return equalLower(h[0], key) })
+// removeHeader drops every value of key in one pass over the map, as Envoy's HeaderMap::remove does.
+func removeHeader(headers [][2]string, key []byte) [][2]string {
+	return slices.DeleteFunc(headers, func(h [2]string) bool { return equalLower(h[0], key) })
+}
+
+// mutated records a change of the stream's request headers: for ABI ≤ 0.2.1 Envoy then clears the route cache.
+// s is nil for maps that are not request headers.
+func (s *stream) mutated() {
+	if s != nil {
+		s.routeCacheCleared = true
+	}
 }
 
 // proxy_remove_header_map_value(type, key_data, key_size): removing an absent key succeeds.
@@ -253,22 +283,22 @@ func proxyRemoveHeaderMapValue(inst *instance, stack []uint64) {
 		stack[0] = uint64(statusInvalidMemoryAccess)
 		return
 	}
-	s, st := inst.headerMap(u32(stack[0]), true)
+	hm, s, st := inst.headerMap(u32(stack[0]), true)
 	if st == statusOK {
-		s.removeHeader(key)
-		s.routeCacheCleared = true
+		*hm = removeHeader(*hm, key)
+		s.mutated()
 	}
 	stack[0] = uint64(st)
 }
 
 // proxy_get_header_map_pairs(type, return_data, return_size)
 func proxyGetHeaderMapPairs(inst *instance, stack []uint64) {
-	s, st := inst.headerMap(u32(stack[0]), false)
+	hm, _, st := inst.headerMap(u32(stack[0]), false)
 	if st != statusOK {
 		stack[0] = uint64(st)
 		return
 	}
-	inst.scratch = appendPairs(inst.scratch[:0], s.headers)
+	inst.scratch = appendPairs(inst.scratch[:0], *hm)
 	stack[0] = uint64(inst.returnBytes(inst.scratch, u32(stack[1]), u32(stack[2])))
 }
 
@@ -280,7 +310,7 @@ func proxySetHeaderMapPairs(inst *instance, stack []uint64) {
 		stack[0] = uint64(statusInvalidMemoryAccess)
 		return
 	}
-	s, st := inst.headerMap(u32(stack[0]), true)
+	hm, s, st := inst.headerMap(u32(stack[0]), true)
 	if st != statusOK {
 		stack[0] = uint64(st)
 		return
@@ -292,11 +322,11 @@ func proxySetHeaderMapPairs(inst *instance, stack []uint64) {
 			return
 		}
 	}
-	s.headers = s.headers[:0]
+	*hm = (*hm)[:0]
 	for _, p := range pairs {
-		s.headers = append(s.headers, [2]string{strings.ToLower(p[0]), p[1]})
+		*hm = append(*hm, [2]string{strings.ToLower(p[0]), p[1]})
 	}
-	s.routeCacheCleared = true
+	s.mutated()
 	stack[0] = uint64(statusOK)
 }
 
@@ -312,13 +342,13 @@ func (inst *instance) decodeGuestPairs(data []byte, call string) [][2]string {
 
 // proxy_get_header_map_size(type, return_size): the map's byte size (keys and values), as Envoy's byteSize.
 func proxyGetHeaderMapSize(inst *instance, stack []uint64) {
-	s, st := inst.headerMap(u32(stack[0]), false)
+	hm, _, st := inst.headerMap(u32(stack[0]), false)
 	if st != statusOK {
 		stack[0] = uint64(st)
 		return
 	}
 	size := 0
-	for _, h := range s.headers {
+	for _, h := range *hm {
 		size += len(h[0]) + len(h[1])
 	}
 	stack[0] = uint64(statusFor(inst.writeU32(u32(stack[1]), uint32(size))))
@@ -464,8 +494,8 @@ func proxySetProperty(inst *instance, stack []uint64) {
 
 // proxy_send_local_response(status, details_data, details_size, body_data, body_size, headers_data,
 // headers_size, grpc_status): recorded now, sent after the callback returns, and forces a pause. Only the first
-// reply of a stream counts, and only during the request-headers callback, the one phase this host runs before
-// the request is answered.
+// reply of a stream counts, and only while its request is open (the request-headers callback and callbacks while
+// the stream waits for HTTP calls), the phases this host runs before the request is answered.
 func proxySendLocalResponse(inst *instance, stack []uint64) {
 	details, okDetails := inst.read(u32(stack[1]), u32(stack[2]))
 	body, okBody := inst.read(u32(stack[3]), u32(stack[4]))
@@ -475,7 +505,7 @@ func proxySendLocalResponse(inst *instance, stack []uint64) {
 		return
 	}
 	s := inst.effective.stream
-	if s == nil || s.response != nil || !s.inRequestHeaders {
+	if s == nil || s.response != nil || !s.requestOpen {
 		stack[0] = uint64(statusBadArgument)
 		return
 	}

@@ -1,6 +1,7 @@
 package wasmhost
 
 import (
+	"context"
 	"encoding/binary"
 	"io"
 	"log/slog"
@@ -62,13 +63,16 @@ func newProbeABI(t testing.TB, envoy envoyabi.Version, abi string, configure fun
 	return &probe{t: t, host: h, inst: s.inst, logs: logs}
 }
 
-// beginStream makes the instance look like it is inside proxy_on_request_headers of a new stream.
+// beginStream makes the instance look like it is inside proxy_on_request_headers of a new stream, the only one.
 func (p *probe) beginStream(headers [][2]string, props Properties) *stream {
 	inst := p.inst
-	inst.stream.begin(inst.newContextID(), inst.root, &Request{Headers: headers, Properties: props})
-	inst.stream.inRequestHeaders = true
-	inst.effective = guestContext{id: inst.stream.id, root: inst.root, stream: &inst.stream}
-	return &inst.stream
+	for _, s := range inst.streams {
+		inst.releaseStream(s)
+	}
+	s := inst.newStream(context.Background(), inst.root, &Request{Headers: headers, Properties: props})
+	s.requestOpen = true
+	inst.effective = s.guestContext()
+	return s
 }
 
 func (p *probe) useRoot() {
@@ -158,8 +162,8 @@ func TestUnimplementedProxyFunctionsReturnUnimplemented(t *testing.T) {
 	p.beginStream(nil, Properties{})
 	for _, imp := range envoyabi.ProvidedBy(envoyabi.Envoy133, envoyabi.ABI021) {
 		switch imp.Name {
-		case "proxy_http_call", "proxy_grpc_call", "proxy_grpc_stream", "proxy_grpc_send", "proxy_grpc_cancel",
-			"proxy_grpc_close", "proxy_get_status":
+		case "proxy_grpc_call", "proxy_grpc_stream", "proxy_grpc_send", "proxy_grpc_cancel", "proxy_grpc_close",
+			"proxy_get_status":
 			t.Run(imp.Name, func(t *testing.T) {
 				args := make([]uint64, len(imp.Params))
 				expectStatus(t, imp.Name, status(p.call(imp.QualifiedName(), args...)), statusUnimplemented)
@@ -225,7 +229,7 @@ func TestHeaderMapFunctionsFollowEnvoySemantics(t *testing.T) {
 		t.Fatalf("an over-limit map decodes to an empty map in cpp-host; headers = %q", s.headers)
 	}
 
-	s.inRequestHeaders, s.inLog = false, true
+	s.requestOpen, s.inLog = false, true
 	k, kl = p.put(0, "a")
 	expectStatus(t, "mutation after the headers callback", p.env("proxy_add_header_map_value", 0, k, kl, k, kl), statusBadArgument)
 	expectStatus(t, "response headers in the log phase", p.env("proxy_get_header_map_value", 2, k, kl, outPtr, outSize), statusNotFound)
@@ -358,12 +362,12 @@ func TestLocalResponseIsDeferredAndRecordedOnce(t *testing.T) {
 	expectStatus(t, "second reply", p.env("proxy_send_local_response", 500, 0, 0, 0, 0, 0, 0, 2), statusBadArgument)
 
 	var out Outcome
-	p.inst.decide(&Request{}, &out, actionContinue)
+	p.inst.decide(s, &Request{}, &out, actionContinue)
 	if out.Verdict != Respond || out.Response != s.response {
 		t.Fatalf("a local reply must force a pause: %+v", out)
 	}
 	s = p.beginStream(nil, Properties{})
-	s.inRequestHeaders, s.inLog = false, true
+	s.requestOpen, s.inLog = false, true
 	expectStatus(t, "reply in the log phase", p.env("proxy_send_local_response", 200, 0, 0, 0, 0, 0, 0, 0), statusBadArgument)
 	p.useRoot()
 	expectStatus(t, "reply from a root context", p.env("proxy_send_local_response", 200, 0, 0, 0, 0, 0, 0, 0), statusBadArgument)
@@ -389,10 +393,10 @@ func TestContinueAndCloseStreamAreDeferred(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p.beginStream([][2]string{{":path", "/"}}, Properties{})
+			s := p.beginStream([][2]string{{":path", "/"}}, Properties{})
 			expectStatus(t, tt.fn, p.env(tt.fn, tt.typ), tt.st)
 			var out Outcome
-			p.inst.decide(&Request{}, &out, tt.action)
+			p.inst.decide(s, &Request{}, &out, tt.action)
 			if out.Verdict != tt.verdict || (out.Failed != nil) != tt.failed {
 				t.Fatalf("outcome = %+v", out)
 			}
@@ -589,11 +593,14 @@ func TestOutOfRangeGuestPointersReturnInvalidMemoryAccess(t *testing.T) {
 		{"proxy_define_metric", []uint64{0, mn, ml, badPtr}},
 		{"proxy_get_metric", []uint64{metricID, badPtr}},
 		{"proxy_call_foreign_function", []uint64{badPtr, 3, 0, 0, outPtr, outSize}},
+		{"proxy_http_call", []uint64{badPtr, 4, 0, 0, 0, 0, 0, 0, 0, outValue}},
+		{"proxy_http_call", []uint64{k, kl, inBase, huge, 0, 0, 0, 0, 0, outValue}},
+		{"proxy_http_call", []uint64{k, kl, 0, 0, 0, 0, 0, 0, 0, badPtr}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fn, func(t *testing.T) {
 			p.inst.effective = guestContext{id: s.id, root: p.inst.root, stream: s}
-			s.inRequestHeaders = true
+			s.requestOpen = true
 			expectStatus(t, tt.fn, p.env(tt.fn, tt.args...), statusInvalidMemoryAccess)
 		})
 	}
@@ -633,6 +640,72 @@ func FuzzGuestPointerReads(f *testing.F) {
 			t.Fatalf("proxy_get_header_map_size(%#x) = %d, want %d", ptr, got, wantWrite)
 		}
 	})
+}
+
+func TestHTTPCallArgumentsAreCheckedLikeEnvoy(t *testing.T) {
+	caller := &fakeCaller{clusters: []string{"auth"}, started: make(chan HTTPCall, 1)}
+	p := newProbe(t, envoyabi.Envoy133, func(o *Options) { o.HTTPCalls = caller })
+	complete := [][2]string{{":method", "GET"}, {":path", "/x"}, {":authority", "a"}, {"Accept", "application/json"}}
+	without := func(name string) [][2]string {
+		return slices.DeleteFunc(slices.Clone(complete), func(h [2]string) bool { return h[0] == name })
+	}
+	tests := []struct {
+		name     string
+		cluster  string
+		headers  string
+		timeout  uint64
+		want     status
+		accepted bool
+	}{
+		{"accepted", "auth", string(appendPairs(nil, complete)), 250, statusOK, true},
+		{"unknown cluster", "other", string(appendPairs(nil, complete)), 0, statusBadArgument, false},
+		{"no :method", "auth", string(appendPairs(nil, without(":method"))), 0, statusBadArgument, false},
+		{"no :path", "auth", string(appendPairs(nil, without(":path"))), 0, statusBadArgument, false},
+		{"no :authority", "auth", string(appendPairs(nil, without(":authority"))), 0, statusBadArgument, false},
+		{"malformed header map", "auth", "\xff\xff\xff\xff", 0, statusBadArgument, false},
+		{"negative timeout", "auth", string(appendPairs(nil, complete)), 1 << 31, statusBadArgument, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p.beginStream(nil, Properties{})
+			up, ul := p.put(0, tt.cluster)
+			hd, hl := p.put(64, tt.headers)
+			p.inst.mem.WriteUint32Le(outValue, 77)
+			expectStatus(t, "proxy_http_call", p.env("proxy_http_call", up, ul, hd, hl, 0, 0, 0, 0, tt.timeout, outValue), tt.want)
+			token := p.u32At(outValue)
+			if !tt.accepted {
+				if token != 0 {
+					t.Fatalf("a refused call leaves token %d; cpp-host writes 0 first", token)
+				}
+				return
+			}
+			if token == 0 {
+				t.Fatal("no token for an accepted call")
+			}
+			call := waitStarted(t, caller.started)
+			want := [][2]string{{":method", "GET"}, {":path", "/x"}, {":authority", "a"}, {"accept", "application/json"}}
+			if call.Cluster != "auth" || !slices.Equal(call.Headers, want) || call.Timeout != 250*time.Millisecond {
+				t.Fatalf("call = %+v", call)
+			}
+		})
+	}
+	t.Run("from the VM context", func(t *testing.T) {
+		p.inst.effective = guestContext{}
+		up, ul := p.put(0, "auth")
+		hd, hl := p.put(64, string(appendPairs(nil, complete)))
+		expectStatus(t, "proxy_http_call", p.env("proxy_http_call", up, ul, hd, hl, 0, 0, 0, 0, 0, outValue), statusBadArgument)
+	})
+}
+
+func TestHTTPCallResponseIsUnavailableOutsideItsCallback(t *testing.T) {
+	p := newProbe(t, envoyabi.Envoy133, nil)
+	p.beginStream([][2]string{{":path", "/"}}, Properties{})
+	k, kl := p.put(0, ":status")
+	for _, mapType := range []uint64{mapTypeHTTPCallResponseHeaders, mapTypeHTTPCallResponseTrailer} {
+		expectStatus(t, "get value", p.env("proxy_get_header_map_value", mapType, k, kl, outPtr, outSize), statusBadArgument)
+		expectStatus(t, "get pairs", p.env("proxy_get_header_map_pairs", mapType, outPtr, outSize), statusBadArgument)
+	}
+	expectStatus(t, "body", p.env("proxy_get_buffer_bytes", bufferTypeHTTPCallResponseBody, 0, 10, outPtr, outSize), statusNotFound)
 }
 
 func TestABI010Functions(t *testing.T) {

@@ -66,7 +66,7 @@ func guard(idx int, imp envoyabi.Import, impl hostFunc) api.GoModuleFunc {
 	}
 }
 
-// unimplemented answers proxy_* functions this host does not support (HTTP and gRPC callouts, gRPC status).
+// unimplemented answers proxy_* functions this host does not support (gRPC callouts, gRPC status).
 func unimplemented(_ *instance, stack []uint64) { stack[0] = uint64(statusUnimplemented) }
 
 // implementations maps import names to their implementation. WASI functions are the same under both namespaces.
@@ -108,6 +108,7 @@ func (h *Host) implementations() map[string]hostFunc {
 		"proxy_call_foreign_function":        proxyCallForeignFunction,
 		"proxy_set_effective_context":        proxySetEffectiveContext,
 		"proxy_done":                         proxyDone,
+		"proxy_http_call":                    proxyHTTPCall,
 		"pthread_equal":                      pthreadEqual,
 		"emscripten_notify_memory_growth":    func(*instance, []uint64) {},
 	}

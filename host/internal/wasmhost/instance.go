@@ -34,6 +34,7 @@ type guestExports struct {
 	onRequestHeaders                          api.Function
 	onLog, onDone, onDelete                   api.Function
 	onTick, onQueueReady                      api.Function
+	onHTTPCallResponse                        api.Function
 }
 
 // rootContext is a plugin (root) context: one per configuration generation.
@@ -47,24 +48,33 @@ type rootContext struct {
 	tickPeriod time.Duration
 	nextTick   time.Time
 	properties []Property // proxy_set_property values
+	// streams counts the root's live streams; a root replaced while some still wait for HTTP calls is retired
+	// and shut down when the last one ends, as Envoy keeps a plugin alive while its filters run.
+	streams int
+	retired bool
 }
 
-// stream is the HTTP stream context. One is reused per instance because streams run one at a time.
+// stream is an HTTP stream context. Several live in an instance at once while streams wait for HTTP calls;
+// finished ones are kept for reuse.
 type stream struct {
 	id          uint32
 	root        *rootContext
-	active      bool
+	ctx         context.Context // the request's; the stream's HTTP calls run under it
 	headers     [][2]string
 	endOfStream bool
 	props       *Properties
 	properties  []Property // proxy_set_property values
 
-	inRequestHeaders, inLog bool
+	// requestOpen is true from proxy_on_request_headers until the request is forwarded or answered, also while
+	// the stream waits for HTTP calls: the request headers may change and a local response may be sent.
+	requestOpen, inLog bool
 
 	routeCacheCleared bool
 	response          *LocalResponse
 	continueRequested bool
 	resetRequested    bool
+
+	calls streamCalls
 }
 
 // guestContext is the context host functions act on: the callback's context or the one chosen with
@@ -85,7 +95,7 @@ type instance struct {
 	callCtx context.Context
 	fns     guestExports
 
-	stack       [3]uint64 // callbacks take at most three parameters and return at most one result
+	stack       [5]uint64 // callbacks take at most five parameters and return at most one result
 	allocStack  [1]uint64
 	restriction *restriction
 
@@ -96,7 +106,10 @@ type instance struct {
 	roots         []*rootContext // every live root: committed, staged and draining
 	configuring   *rootContext   // buffer type 7 is readable only while this root's proxy_on_configure runs
 	effective     guestContext
-	stream        stream
+	streams       map[uint32]*stream
+	spareStreams  []*stream
+	lastCallToken uint32
+	callResponse  callResponse
 	pendingDelete []*rootContext // draining roots that called proxy_done
 	lastGuestErr  string
 	scratch       []byte
@@ -140,7 +153,7 @@ func (e *ConfigError) Unwrap() error { return e.Trap }
 
 // newInstance instantiates the module, runs startVm and starts a root context with configuration.
 func (h *Host) newInstance(s *slot, configuration []byte) (*instance, error) {
-	inst := &instance{host: h, slot: s, createdAt: time.Now(), nextContextID: 1}
+	inst := &instance{host: h, slot: s, createdAt: time.Now(), nextContextID: 1, streams: make(map[uint32]*stream)}
 	inst.callCtx = context.WithValue(context.Background(), instanceKey{}, inst)
 	mod, err := h.runtime.InstantiateModule(inst.callCtx, h.compiled, h.moduleConfig)
 	if err != nil {
@@ -185,7 +198,7 @@ func (inst *instance) startVM() error {
 		steps = append(steps, entryPoint{"_start", f.start})
 	}
 	for _, step := range steps {
-		inst.stack = [3]uint64{}
+		inst.stack = [5]uint64{}
 		if _, err := inst.invoke(step.fn, guestContext{}); err != nil {
 			return fmt.Errorf("Wasm VM start failed in %s: %w", step.name, err)
 		}
@@ -193,12 +206,13 @@ func (inst *instance) startVM() error {
 	return nil
 }
 
-// newContextID returns the next context id, skipping 0 (the VM) and ids still held by root contexts.
+// newContextID returns the next context id, skipping 0 (the VM) and ids still held by live contexts.
 func (inst *instance) newContextID() uint32 {
 	for {
 		id := inst.nextContextID
 		inst.nextContextID++
-		if id != 0 && !slices.ContainsFunc(inst.roots, func(r *rootContext) bool { return r.id == id }) {
+		if _, live := inst.streams[id]; id != 0 && !live &&
+			!slices.ContainsFunc(inst.roots, func(r *rootContext) bool { return r.id == id }) {
 			return id
 		}
 	}
@@ -306,8 +320,13 @@ func (inst *instance) commit(root *rootContext) {
 }
 
 // shutdownRoot runs proxy_on_done(root) and, unless the guest asks to wait for proxy_done, proxy_on_delete(root).
+// A root with live streams is retired instead and shut down after its last stream.
 func (inst *instance) shutdownRoot(root *rootContext) {
 	if inst.failed != nil {
+		return
+	}
+	if root.streams > 0 {
+		root.retired = true
 		return
 	}
 	rctx := guestContext{id: root.id, root: root}
@@ -345,8 +364,8 @@ func (inst *instance) flushPendingDeletes() {
 
 // findContext resolves a context id for proxy_set_effective_context.
 func (inst *instance) findContext(id uint32) (guestContext, bool) {
-	if s := &inst.stream; s.active && s.id == id {
-		return guestContext{id: id, root: s.root, stream: s}, true
+	if s, ok := inst.streams[id]; ok {
+		return s.guestContext(), true
 	}
 	for _, r := range inst.roots {
 		if r.id == id {
@@ -356,56 +375,77 @@ func (inst *instance) findContext(id uint32) (guestContext, bool) {
 	return guestContext{}, false
 }
 
-// handle runs one HTTP stream in Envoy's order: proxy_on_context_create(id, root), proxy_on_request_headers, then
-// proxy_on_log, proxy_on_done and proxy_on_delete.
-func (inst *instance) handle(req *Request, out *Outcome) {
-	root := inst.root
-	s := &inst.stream
-	s.begin(inst.newContextID(), root, req)
-	defer s.finish()
-	sctx := guestContext{id: s.id, root: root, stream: s}
+// startStream runs the start of an HTTP stream in Envoy's order, proxy_on_context_create(id, root) and
+// proxy_on_request_headers, and settles it. It returns the stream if it waits for HTTP calls, nil once out holds
+// the outcome.
+func (inst *instance) startStream(ctx context.Context, req *Request, out *Outcome) *stream {
+	s := inst.newStream(ctx, inst.root, req)
+	sctx := s.guestContext()
 	f := &inst.fns
-
 	if f.onContextCreate != nil {
-		if _, err := inst.call2(f.onContextCreate, sctx, s.id, root.id); err != nil {
+		if _, err := inst.call2(f.onContextCreate, sctx, s.id, s.root.id); err != nil {
 			inst.host.applyFailurePolicy(req, out, err)
-			return
+			inst.releaseStream(s)
+			return nil
 		}
 	}
 	action := uint64(actionContinue)
+	s.requestOpen = true
 	if f.onRequestHeaders != nil {
 		inst.stack[0], inst.stack[1], inst.stack[2] = uint64(s.id), uint64(len(s.headers)), 0
 		if s.endOfStream {
 			inst.stack[2] = 1
 		}
-		s.inRequestHeaders = true
 		var err error
 		action, err = inst.invoke(f.onRequestHeaders, sctx)
-		s.inRequestHeaders = false
 		if err != nil {
 			inst.host.applyFailurePolicy(req, out, err)
-			return
+			inst.releaseStream(s)
+			return nil
 		}
 	}
-	inst.decide(req, out, uint32(action))
+	return inst.settle(s, req, out, uint32(action))
+}
 
+// settle decides the stream after a callback. A decided stream is finished; a paused one with HTTP calls
+// outstanding is returned to wait for them.
+func (inst *instance) settle(s *stream, req *Request, out *Outcome, action uint32) *stream {
+	if !inst.decide(s, req, out, action) {
+		return s
+	}
+	inst.finishStream(s, out)
+	return nil
+}
+
+// finishStream ends the stream in Envoy's order, proxy_on_log, proxy_on_done and proxy_on_delete, then delivers
+// its cancelled calls.
+func (inst *instance) finishStream(s *stream, out *Outcome) {
+	s.requestOpen = false
+	if s.calls.cancel != nil {
+		// The upstream need not wait for the guest's remaining callbacks.
+		s.calls.cancel()
+	}
 	s.inLog = true
+	f := &inst.fns
 	for _, fn := range [...]api.Function{f.onLog, f.onDone, f.onDelete} {
 		if fn == nil {
 			continue
 		}
-		if _, err := inst.call1(fn, sctx, s.id); err != nil {
+		if _, err := inst.call1(fn, s.guestContext(), s.id); err != nil {
 			out.Failed = err
+			inst.releaseStream(s)
 			return
 		}
 	}
+	inst.cancelCalls(s)
 	inst.flushPendingDeletes()
+	inst.releaseStream(s)
 }
 
-// decide turns the request-headers callback's result and its deferred actions into the outcome. A local
-// response forces a pause whatever the callback returned (cpp-host stopNextIteration).
-func (inst *instance) decide(req *Request, out *Outcome, action uint32) {
-	s := &inst.stream
+// decide turns the stream's state after a callback into the outcome and reports whether it has one. A local
+// response forces a pause whatever the callback returned (cpp-host stopNextIteration); a paused stream waits
+// while HTTP calls are outstanding.
+func (inst *instance) decide(s *stream, req *Request, out *Outcome, action uint32) bool {
 	out.RouteCacheCleared = s.routeCacheCleared
 	switch {
 	case s.resetRequested:
@@ -416,29 +456,59 @@ func (inst *instance) decide(req *Request, out *Outcome, action uint32) {
 	case action == actionContinue || s.continueRequested:
 		out.Verdict = Forward
 		out.Headers = slices.Clone(s.headers)
+	case len(s.calls.tokens) > 0:
+		return false
 	default:
 		inst.host.applyFailurePolicy(req, out, ErrStreamPaused)
 		out.RouteCacheCleared = s.routeCacheCleared
 	}
+	return true
 }
 
-// ErrStreamPaused reports a request-headers callback that paused the stream without a local response or a
-// proxy_continue_stream call; this host cannot resume a stream later, so the failure policy answers it.
+// ErrStreamPaused reports a stream the plugin paused without a local response, a proxy_continue_stream call or
+// an HTTP call outstanding: nothing can resume it, so the failure policy answers it.
 var ErrStreamPaused = errors.New("plugin paused the request without sending a response or resuming it")
 
-func (s *stream) begin(id uint32, root *rootContext, req *Request) {
-	*s = stream{id: id, root: root, active: true, headers: s.headers[:0], endOfStream: req.EndOfStream,
-		props: &req.Properties, properties: s.properties[:0]}
+// newStream registers a stream context for req, reusing a finished one.
+func (inst *instance) newStream(ctx context.Context, root *rootContext, req *Request) *stream {
+	var s *stream
+	if n := len(inst.spareStreams); n > 0 {
+		s = inst.spareStreams[n-1]
+		inst.spareStreams = inst.spareStreams[:n-1]
+	} else {
+		s = new(stream)
+	}
+	*s = stream{id: inst.newContextID(), root: root, ctx: ctx, headers: s.headers[:0], endOfStream: req.EndOfStream,
+		props: &req.Properties, properties: s.properties[:0], calls: streamCalls{tokens: s.calls.tokens[:0]}}
 	for _, h := range req.Headers {
 		s.headers = append(s.headers, [2]string{strings.ToLower(h[0]), h[1]})
 	}
+	inst.streams[s.id] = s
+	root.streams++
+	return s
 }
 
-// finish drops references to the request so that a pooled instance does not keep it alive.
-func (s *stream) finish() {
+// releaseStream unregisters a stream, cancels its calls, shuts down its root if that was retired meanwhile, and
+// drops the stream's references to the request so that the instance does not keep it alive.
+func (inst *instance) releaseStream(s *stream) {
+	if s.calls.cancel != nil {
+		s.calls.cancel()
+	}
+	delete(inst.streams, s.id)
+	root := s.root
+	if root.streams--; root.streams == 0 && root.retired {
+		root.retired = false
+		inst.shutdownRoot(root)
+	}
 	clear(s.headers)
 	clear(s.properties)
-	s.active, s.props, s.response, s.root = false, nil, nil, nil
+	s.root, s.ctx, s.props, s.response = nil, nil, nil, nil
+	s.calls = streamCalls{tokens: s.calls.tokens[:0]}
+	inst.spareStreams = append(inst.spareStreams, s)
+}
+
+func (s *stream) guestContext() guestContext {
+	return guestContext{id: s.id, root: s.root, stream: s}
 }
 
 // tick runs proxy_on_tick for root.
@@ -504,6 +574,7 @@ func exportSpecs(abi string) []exportSpec {
 		{"proxy_on_delete", 1, 0, func(g *guestExports) *api.Function { return &g.onDelete }},
 		{"proxy_on_tick", 1, 0, func(g *guestExports) *api.Function { return &g.onTick }},
 		{"proxy_on_queue_ready", 2, 0, func(g *guestExports) *api.Function { return &g.onQueueReady }},
+		{"proxy_on_http_call_response", 5, 0, func(g *guestExports) *api.Function { return &g.onHTTPCallResponse }},
 	}
 }
 

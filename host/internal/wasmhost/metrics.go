@@ -232,6 +232,9 @@ type hostCounters struct {
 	poolTimeouts         atomic.Uint64
 	liveInstances        atomic.Int64
 	configurationApplied atomic.Uint64
+	httpCalls            atomic.Uint64 // dispatched with proxy_http_call
+	httpCallFailures     atomic.Uint64 // delivered without a response (error or timeout)
+	httpCallsCancelled   atomic.Uint64 // abandoned because their stream ended first
 }
 
 func (h *Host) hostMetrics() []hostMetric {
@@ -249,6 +252,9 @@ func (h *Host) hostMetrics() []hostMetric {
 		{"skewgate_wasm_pool_wait_seconds_total", "counter",
 			strconv.FormatFloat(float64(c.poolWaitNanos.Load())/1e9, 'g', -1, 64)},
 		{"skewgate_wasm_pool_timeouts_total", "counter", u(c.poolTimeouts.Load())},
+		{"skewgate_wasm_http_calls_total", "counter", u(c.httpCalls.Load())},
+		{"skewgate_wasm_http_call_failures_total", "counter", u(c.httpCallFailures.Load())},
+		{"skewgate_wasm_http_calls_cancelled_total", "counter", u(c.httpCallsCancelled.Load())},
 		{"skewgate_wasm_instances_live", "gauge", strconv.FormatInt(c.liveInstances.Load(), 10)},
 	}
 }

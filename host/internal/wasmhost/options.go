@@ -62,6 +62,10 @@ type Options struct {
 	// Default 5s.
 	PoolTimeout time.Duration
 
+	// HTTPCalls carries out proxy_http_call. Nil refuses every call with BadArgument, as Envoy refuses a call to
+	// an unknown cluster.
+	HTTPCalls HTTPCaller
+
 	// SharedData is the proxy_{get,set}_shared_data store. Hosts given the same store share data per VMID, as
 	// Envoy shares it across VMs (and across VM reloads). Default: a store private to the host.
 	SharedData *SharedData

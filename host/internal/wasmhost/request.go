@@ -147,7 +147,8 @@ type Outcome struct {
 	// Response is the reply to send (Verdict Respond).
 	Response *LocalResponse
 	// Failed is non-nil when the plugin could not process the request; Verdict and the rest then follow the
-	// failure policy, except for a trap after the request-headers callback, which keeps the plugin's verdict.
+	// failure policy, except for a trap after the request-headers callback, which keeps the plugin's verdict,
+	// and for a request whose context ended first (Failed is the context's error, Verdict Reset).
 	Failed error
 }
 

@@ -26,13 +26,17 @@ const (
 
 // Proxy-Wasm enums used by the host (spec "Types").
 const (
-	mapTypeRequestHeaders  = 0
-	mapTypeLast            = 7
-	bufferTypeVMConfig     = 6
-	bufferTypePluginConfig = 7
-	streamTypeRequest      = 0
-	streamTypeResponse     = 1
-	streamTypeUpstream     = 3
-	actionContinue         = 0
-	logLevelCritical       = 5
+	mapTypeRequestHeaders          = 0
+	mapTypeHTTPCallResponseHeaders = 6
+	mapTypeHTTPCallResponseTrailer = 7
+	mapTypeLast                    = 7
+	bufferTypeHTTPCallResponseBody = 4
+	bufferTypeVMConfig             = 6
+	bufferTypePluginConfig         = 7
+	streamTypeRequest              = 0
+	streamTypeResponse             = 1
+	streamTypeUpstream             = 3
+	actionContinue                 = 0
+	actionPause                    = 1
+	logLevelCritical               = 5
 )

@@ -10,8 +10,11 @@
 //	tick-ms=N         tick period; every tick increments the ticks counter
 //	queue=NAME        register a shared queue; every item is copied to shared data key "queue:NAME"
 //	simple-only=1     run only the simple path (one header read, one replace, one counter) for benchmarks
+//	tick-call=CLUSTER the first tick of the root sends GET /tick to CLUSTER; the response's :status (or the
+//	                  dispatch error) is stored in shared data key "tick-call"
 //
-// The x-test-op request header selects what a request exercises; without it the simple path runs.
+// The x-test-op request header selects what a request exercises; without it the simple path runs. Every stream
+// that ends increments the streams_done counter (except with simple-only).
 package main
 
 import (
@@ -45,8 +48,10 @@ type pluginContext struct {
 	simpleOnly bool
 	queueName  string
 	queueID    uint32
+	tickCall   string
 	requests   proxywasm.MetricCounter
 	ticks      proxywasm.MetricCounter
+	done       proxywasm.MetricCounter
 	headerLen  proxywasm.MetricHistogram
 }
 
@@ -79,6 +84,8 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	p.simpleOnly = cfg["simple-only"] == "1"
 	p.requests = proxywasm.DefineCounterMetric("guest.requests")
 	p.ticks = proxywasm.DefineCounterMetric("guest.ticks")
+	p.done = proxywasm.DefineCounterMetric("guest.streams_done")
+	p.tickCall = cfg["tick-call"]
 	p.headerLen = proxywasm.DefineHistogramMetric("guest.header_count")
 	generation := proxywasm.DefineGaugeMetric("guest.config_generation")
 	if g, err := strconv.ParseInt(cfg["generation"], 10, 64); err == nil {
@@ -122,6 +129,22 @@ func startsCounted(config string) string {
 
 func (p *pluginContext) OnTick() {
 	p.ticks.Increment(1)
+	if p.tickCall == "" {
+		return
+	}
+	cluster := p.tickCall
+	p.tickCall = ""
+	headers := [][2]string{{":method", "GET"}, {":path", "/tick"}, {":authority", "tick.local"}}
+	_, err := proxywasm.DispatchHttpCall(cluster, headers, nil, nil, 0, func(int, int, int) {
+		status := "no response"
+		if hs, err := proxywasm.GetHttpCallResponseHeaders(); err == nil {
+			status = pairValue(hs, ":status")
+		}
+		mustNot(proxywasm.SetSharedData("tick-call", []byte(status), 0))
+	})
+	if err != nil {
+		mustNot(proxywasm.SetSharedData("tick-call", []byte("dispatch: "+err.Error()), 0))
+	}
 }
 
 func (p *pluginContext) OnQueueReady(queueID uint32) {
@@ -144,6 +167,8 @@ type httpContext struct {
 	types.DefaultHttpContext
 	plugin *pluginContext
 	id     uint32
+	// then is what the HTTP call response callback does (x-call-then).
+	then string
 }
 
 // garbage keeps recent GC-stress allocations reachable for a while so that the collector has work to do.
@@ -202,8 +227,97 @@ func (h *httpContext) OnHttpRequestHeaders(numHeaders int, _ bool) types.Action 
 		h.plugin.requests.Increment(1)
 		h.plugin.headerLen.Record(uint64(numHeaders))
 		return types.ActionContinue
+	case "call":
+		h.then = requestHeaderOr("x-call-then", "respond")
+		return h.dispatch("/check")
 	}
 	return h.simple()
+}
+
+func requestHeaderOr(name, fallback string) string {
+	if v, err := proxywasm.GetHttpRequestHeader(name); err == nil {
+		return v
+	}
+	return fallback
+}
+
+// dispatch sends GET path to the cluster named by x-call-cluster (default "auth") with the timeout in
+// milliseconds of x-call-timeout, the request's authorization header, and, if x-call-body is set, that body and
+// an x-call-trailer trailer; x-call-omit names a pseudo-header to leave out. A refused dispatch is answered 500
+// with the error as the body.
+func (h *httpContext) dispatch(path string) types.Action {
+	timeout, _ := strconv.Atoi(requestHeaderOr("x-call-timeout", "0"))
+	omit := requestHeaderOr("x-call-omit", "")
+	var headers [][2]string
+	for _, kv := range [][2]string{{":method", "GET"}, {":path", path}, {":authority", "auth.local"},
+		{"Authorization", requestHeaderOr("authorization", "none")}} {
+		if kv[0] != omit {
+			headers = append(headers, kv)
+		}
+	}
+	var body []byte
+	var trailers [][2]string
+	if b := requestHeaderOr("x-call-body", ""); b != "" {
+		body, trailers = []byte(b), [][2]string{{"x-call-trailer", "t"}}
+	}
+	_, err := proxywasm.DispatchHttpCall(requestHeaderOr("x-call-cluster", "auth"), headers, body, trailers,
+		uint32(timeout), h.onCallResponse)
+	if err != nil {
+		mustNot(proxywasm.SendHttpResponse(500, nil, []byte("dispatch: "+err.Error()), -1))
+	}
+	return types.ActionPause
+}
+
+// onCallResponse acts as x-call-then says: respond answers 200 with the call's body and a summary of what the
+// guest read, continue resumes the request with the summary as x-call-summary, again sends GET /again and
+// continues after its response, pause does nothing, trap panics.
+func (h *httpContext) onCallResponse(numHeaders, bodySize, numTrailers int) {
+	summary, body := callSummary(numHeaders, bodySize, numTrailers)
+	switch h.then {
+	case "respond":
+		mustNot(proxywasm.SendHttpResponse(200, [][2]string{{"x-call-summary", summary}}, body, -1))
+	case "again":
+		h.then = "continue"
+		h.dispatch("/again")
+	case "continue":
+		mustNot(proxywasm.AddHttpRequestHeader("x-call-summary", summary))
+		mustNot(proxywasm.ResumeHttpRequest())
+	case "trap":
+		panic("deliberate trap in the HTTP call response callback")
+	}
+}
+
+// callSummary reads the call's response as the guest sees it: "counts=H,B,T headers=... body=... trailers=...",
+// each part either its content or the error reading it.
+func callSummary(numHeaders, bodySize, numTrailers int) (string, []byte) {
+	pairs := func(kv [][2]string, err error) string {
+		if err != nil {
+			return "error(" + err.Error() + ")"
+		}
+		var parts []string
+		for _, p := range kv {
+			parts = append(parts, p[0]+":"+p[1])
+		}
+		return strings.Join(parts, ",")
+	}
+	headers, errHeaders := proxywasm.GetHttpCallResponseHeaders()
+	trailers, errTrailers := proxywasm.GetHttpCallResponseTrailers()
+	body, err := proxywasm.GetHttpCallResponseBody(0, bodySize)
+	bodyText := string(body)
+	if err != nil {
+		bodyText = "error(" + err.Error() + ")"
+	}
+	return fmt.Sprintf("counts=%d,%d,%d headers=%s body=%s trailers=%s", numHeaders, bodySize, numTrailers,
+		pairs(headers, errHeaders), bodyText, pairs(trailers, errTrailers)), body
+}
+
+func pairValue(kv [][2]string, name string) string {
+	for _, p := range kv {
+		if p[0] == name {
+			return p[1]
+		}
+	}
+	return ""
 }
 
 // simple is the reference plugin's path: answer 403 without x-tenant, else route by tenant.
@@ -301,6 +415,7 @@ func (h *httpContext) OnHttpStreamDone() {
 	if h.plugin.simpleOnly {
 		return
 	}
+	h.plugin.done.Increment(1)
 	// Runs from proxy_on_log: request headers are still readable, as in Envoy's access-log phase.
 	if _, err := proxywasm.GetHttpRequestHeader(":path"); err != nil {
 		proxywasm.LogErrorf("request headers unreadable in log phase: %v", err)
