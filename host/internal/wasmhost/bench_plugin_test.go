@@ -58,12 +58,14 @@ func newBenchPluginHost(tb testing.TB, instances int) *Host {
 	if err != nil {
 		tb.Fatalf("the built plugin is missing (run `make build`): %v", err)
 	}
+	config := benchPluginConfig(tb, 1)
 	return newHost(tb, wasm, Options{
 		Envoy:               envoyabi.Envoy133,
 		Instances:           instances,
 		CompilationCacheDir: compilationCacheDir(),
 		PluginName:          "skewgate", RootID: "skewgate", VMID: "skewgate",
-		PluginConfiguration: benchPluginConfig(tb, 1),
+		PluginConfiguration: config,
+		HTTPCalls:           newConfigCaller(config, allowEveryCall),
 		Logger:              slog.New(slog.DiscardHandler),
 	})
 }

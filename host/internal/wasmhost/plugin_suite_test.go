@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
 	"strconv"
@@ -12,6 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
 	"github.com/skewgate/skewgate/host/envoyabi"
 	"github.com/skewgate/skewgate/plugin/plugintest"
@@ -33,32 +36,107 @@ func TestPluginSuiteInEnvoyFaithfulHost(t *testing.T) {
 
 type pluginHarness struct{ wasm []byte }
 
-// This host adds a second header field for an added value, as Envoy does.
-func (pluginHarness) ConcatenatesAddedValues() bool { return false }
-
 func (pluginHarness) PushesConfiguration() bool { return true }
 
 func (h pluginHarness) Start(t *testing.T, opts plugintest.StartOptions) (plugintest.Plugin, error) {
 	t.Helper()
+	calls := newConfigCaller(opts.Config, opts.HTTPCalls)
 	host, err := New(context.Background(), h.wasm, Options{
 		Envoy:               envoyabi.Envoy133,
 		Instances:           1,
 		CompilationCacheDir: compilationCacheDir(),
 		PluginName:          "skewgate", RootID: "skewgate", VMID: "skewgate",
 		PluginConfiguration: opts.Config,
+		HTTPCalls:           calls,
 		Logger:              slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		return nil, err
 	}
 	t.Cleanup(func() { host.Close(context.Background()) })
-	return &hostedPlugin{t: t, host: host, subject: opts.SubjectPeerCertificate}, nil
+	return &hostedPlugin{t: t, host: host, subject: opts.SubjectPeerCertificate, calls: calls}, nil
+}
+
+// configCaller is the HTTPCaller the built plugin runs with in these tests. Like Envoy's cluster manager it
+// knows the clusters the configuration's snapshot defines, each server's own and its front-proxy twin, and
+// refuses others; it answers each call with answer, one at a time, and records the calls. A nil answer, or one
+// marked Failed, is a call that got no response.
+type configCaller struct {
+	answer func(plugintest.HTTPCall) plugintest.HTTPCallResponse
+
+	mu       sync.Mutex
+	clusters map[string]bool
+	made     []plugintest.HTTPCall
+}
+
+var errCallFailed = errors.New("the test answered the call as failed")
+
+func newConfigCaller(config []byte, answer func(plugintest.HTTPCall) plugintest.HTTPCallResponse) *configCaller {
+	c := &configCaller{answer: answer}
+	c.configure(config)
+	return c
+}
+
+// allowEveryCall answers every call 200, as API servers answer a client they authorize.
+func allowEveryCall(plugintest.HTTPCall) plugintest.HTTPCallResponse {
+	return plugintest.HTTPCallResponse{Status: 200, Headers: [][2]string{{"content-type", "application/json"}}, Body: []byte("{}")}
+}
+
+// configure takes the clusters of config's snapshot; a configuration without a valid one defines none (the
+// plugin rejects it anyway).
+func (c *configCaller) configure(config []byte) {
+	clusters := make(map[string]bool)
+	var cfg struct {
+		Snapshot json.RawMessage `json:"snapshot"`
+	}
+	if json.Unmarshal(config, &cfg) == nil {
+		if snap, err := discovery.ParseSnapshot(cfg.Snapshot); err == nil {
+			for _, srv := range snap.Servers {
+				clusters[srv.Cluster] = true
+				clusters[srv.Cluster+discovery.FrontProxyClusterSuffix] = true
+			}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clusters = clusters
+}
+
+func (c *configCaller) HasCluster(cluster string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.clusters[cluster]
+}
+
+func (c *configCaller) HTTPCall(_ context.Context, call HTTPCall) (*HTTPCallResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	asked := plugintest.HTTPCall{Cluster: call.Cluster, Headers: call.Headers, Body: call.Body}
+	c.made = append(c.made, asked)
+	if c.answer == nil {
+		return nil, errCallFailed
+	}
+	r := c.answer(asked)
+	if r.Failed {
+		return nil, errCallFailed
+	}
+	return &HTTPCallResponse{Headers: append([][2]string{{":status", strconv.Itoa(r.Status)}}, r.Headers...), Body: r.Body}, nil
+}
+
+// takeCalls returns the calls made since the last take.
+func (c *configCaller) takeCalls() []plugintest.HTTPCall {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	made := c.made
+	c.made = nil
+	return made
 }
 
 type hostedPlugin struct {
 	t       *testing.T
 	host    *Host
 	subject string
+	calls   *configCaller
 	clears  int
 }
 
@@ -79,7 +157,8 @@ func (p *hostedPlugin) Request(method, path string, headers ...[2]string) plugin
 	if out.RouteCacheCleared {
 		p.clears++
 	}
-	res := plugintest.Result{Forwarded: out.Verdict == Forward, Headers: out.Headers}
+	// This host cannot count the plugin's header calls, so HeaderCalls stays nil.
+	res := plugintest.Result{Forwarded: out.Verdict == Forward, Headers: out.Headers, HTTPCalls: p.calls.takeCalls()}
 	if out.Response != nil {
 		res.Local = &plugintest.LocalResponse{Status: out.Response.Status, Headers: out.Response.Headers, Body: out.Response.Body}
 	}
@@ -87,7 +166,11 @@ func (p *hostedPlugin) Request(method, path string, headers ...[2]string) plugin
 }
 
 func (p *hostedPlugin) Reconfigure(config []byte) error {
-	return p.host.Configure(context.Background(), config)
+	if err := p.host.Configure(context.Background(), config); err != nil {
+		return err
+	}
+	p.calls.configure(config)
+	return nil
 }
 
 // RouteCacheClears counts requests after which the route had to be resolved
@@ -136,9 +219,11 @@ func TestPluginSoakUnderEnvoy133WASI(t *testing.T) {
 	const total = 100_000
 	servers := discoverytest.SkewedControlPlane()
 	servers[2].Healthy = false
+	config := plugintest.Config(t, 1, nil, servers)
 	h := newHost(t, wasm, Options{
 		Envoy: envoyabi.Envoy133, Instances: 2, CompilationCacheDir: compilationCacheDir(),
-		PluginConfiguration: plugintest.Config(t, 1, nil, servers),
+		PluginConfiguration: config,
+		HTTPCalls:           newConfigCaller(config, allowEveryCall),
 		Logger:              slog.New(slog.DiscardHandler),
 	})
 	header := func(path string, extra ...[2]string) *Request {
