@@ -2,7 +2,11 @@ package wasmhost
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"testing"
+
+	"github.com/skewgate/skewgate/host/envoyabi"
 )
 
 // benchOptions configure the guest for its simple path only: one header read, one header replace and one counter
@@ -54,5 +58,27 @@ func BenchmarkRequestHeadersCallback(b *testing.B) {
 		if action, err := inst.invoke(inst.fns.onRequestHeaders, sctx); err != nil || action != actionContinue {
 			b.Fatalf("action %d, error %v", action, err)
 		}
+	}
+}
+
+// BenchmarkRemoveHeaderMapValue is one proxy_remove_header_map_value on a request carrying n headers, for a key
+// it does not hold: like Envoy's HeaderMap::remove, a removal scans the whole map once, so beyond the fixed cost
+// of a host call its time grows in proportion to n, and a guest that removes k headers one by one pays k·n.
+func BenchmarkRemoveHeaderMapValue(b *testing.B) {
+	for _, n := range []int{100, 1000, 16000} {
+		b.Run(fmt.Sprintf("headers=%d", n), func(b *testing.B) {
+			p := newProbe(b, envoyabi.Envoy133, func(o *Options) { o.Logger = slog.New(slog.DiscardHandler) })
+			headers := make([][2]string, n)
+			for i := range headers {
+				headers[i] = [2]string{fmt.Sprintf("x-remote-extra-%d", i), "forged"}
+			}
+			p.beginStream(headers, Properties{})
+			k, kl := p.put(0, "x-remote-absent")
+			for b.Loop() {
+				if st := p.env("proxy_remove_header_map_value", mapTypeRequestHeaders, k, kl); st != statusOK {
+					b.Fatalf("status %d", st)
+				}
+			}
+		})
 	}
 }
