@@ -162,7 +162,9 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 			RootID:              "skewgate",
 			VMID:                "skewgate",
 			PluginConfiguration: pluginConfig(t, cfg.identityMode, cfg.servers),
-			Logger:              quietLogger,
+			// The plugin's calls go through the gateway, as in serve.
+			HTTPCalls: gatewayCaller{h},
+			Logger:    quietLogger,
 		})
 		if err != nil {
 			t.Fatalf("starting the plugin: %v", err)
@@ -196,6 +198,16 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	t.Cleanup(front.Close)
 	h.front = front
 	return h
+}
+
+// gatewayCaller hands the plugin's HTTP calls to the harness's gateway, which
+// exists only after the plugin host.
+type gatewayCaller struct{ h *harness }
+
+func (c gatewayCaller) HasCluster(cluster string) bool { return c.h.gw.HasCluster(cluster) }
+
+func (c gatewayCaller) HTTPCall(ctx context.Context, call wasmhost.HTTPCall) (*wasmhost.HTTPCallResponse, error) {
+	return c.h.gw.HTTPCall(ctx, call)
 }
 
 // apply routes with a snapshot of servers.
