@@ -62,6 +62,15 @@ func review(t *testing.T, client *http.Client, baseURL string, header http.Heade
 	t.Helper()
 	resp := mustDo(t, client, http.MethodPost, baseURL+"/apis/authentication.k8s.io/v1/selfsubjectreviews", header,
 		[]byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`))
+	a, err := parseReview(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// parseReview reads the answer to a SelfSubjectReview: the review, or a Status.
+func parseReview(resp response) (reviewAnswer, error) {
 	a := reviewAnswer{Code: resp.status}
 	if resp.status == http.StatusCreated {
 		var r struct {
@@ -70,18 +79,18 @@ func review(t *testing.T, client *http.Client, baseURL string, header http.Heade
 			} `json:"status"`
 		}
 		if err := json.Unmarshal(resp.body, &r); err != nil {
-			t.Fatalf("decoding the SelfSubjectReview: %v: %s", err, resp.body)
+			return a, fmt.Errorf("decoding the SelfSubjectReview: %w: %s", err, resp.body)
 		}
 		a.User = r.Status.UserInfo
 		if len(a.User.Extra) == 0 {
 			a.User.Extra = nil
 		}
-		return a
+		return a, nil
 	}
 	if err := json.Unmarshal(resp.body, &a.Status); err != nil || a.Status.Kind != "Status" {
-		t.Fatalf("SelfSubjectReview answered %d without a Status body: %q", resp.status, resp.body)
+		return a, fmt.Errorf("SelfSubjectReview answered %d without a Status body: %q", resp.status, resp.body)
 	}
-	return a
+	return a, nil
 }
 
 // directClient talks to one API server of the cluster itself with c's credentials.
