@@ -267,7 +267,7 @@ func TestRESTConfigCredentialsAreUsedAndCannotTurnOffVerification(t *testing.T) 
 	rogue := newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups, withBearerToken(token), withServingCert(rogueCert))
 	rec := &recorder{}
 	opts := testOptions(pki, rec, a, rogue)
-	opts.FrontProxyCertFile, opts.FrontProxyKeyFile = "", ""
+	opts.FrontProxyCertificate = nil
 	opts.RESTConfig = &rest.Config{
 		Host:            "https://cluster.invalid",
 		BearerToken:     token,

@@ -107,14 +107,23 @@ func New(opts Options) (*Controller, error) {
 	c := &Controller{
 		opts:    o,
 		log:     o.Logger,
-		fetcher: &fetcher{client: client, timeout: o.RequestTimeout, maxBytes: o.MaxResponseBytes},
+		fetcher: &fetcher{timeout: o.RequestTimeout, maxBytes: o.MaxResponseBytes},
 		static:  static,
 		local:   local,
 		metrics: newMetrics(),
 		notices: newNotices(o.Logger),
 		servers: map[string]*serverState{},
 	}
+	c.fetcher.client.Store(client)
+	o.PeerCA.OnChange(c.renewClient)
 	c.frontProxyCheckDue.Store(o.CheckFrontProxyCertificate)
+	if o.FrontProxyCertificate != nil {
+		o.FrontProxyCertificate.OnChange(func() {
+			c.renewClient()
+			// A new certificate may be trusted differently.
+			c.frontProxyCheckDue.Store(o.CheckFrontProxyCertificate)
+		})
+	}
 	listers := o.Cluster
 	if listers == nil && o.RESTConfig != nil {
 		if listers, err = clusterListersFor(o.RESTConfig); err != nil {
@@ -125,6 +134,18 @@ func New(opts Options) (*Controller, error) {
 		c.cluster = newClusterSource(*listers)
 	}
 	return c, nil
+}
+
+// renewClient makes new connections use the current peer CA and front-proxy
+// certificate. Requests in flight finish on their connections, which close
+// once idle.
+func (c *Controller) renewClient() {
+	client, err := newBackendClient(c.opts)
+	if err != nil {
+		c.log.Error("the new peer CA or front-proxy certificate cannot be used; keeping the previous", "err", err)
+		return
+	}
+	c.fetcher.client.Swap(client).http.CloseIdleConnections()
 }
 
 // parseStaticServers canonicalises the static servers and the local one,
@@ -171,7 +192,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("controller: Run called twice")
 	}
-	defer c.fetcher.client.http.CloseIdleConnections()
+	defer func() { c.fetcher.client.Load().http.CloseIdleConnections() }()
 	if c.cluster != nil {
 		defer c.cluster.stop()
 		if err := c.cluster.start(ctx); err != nil {

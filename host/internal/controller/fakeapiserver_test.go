@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +59,8 @@ type fakeAPIServer struct {
 	srv         *httptest.Server
 	address     string
 	bearerToken string
+	// rotated, once set, is the serving certificate of new connections.
+	rotated atomic.Pointer[tls.Certificate]
 
 	mu           sync.Mutex
 	ready        bool
@@ -77,6 +80,9 @@ type fakeAPIServer struct {
 	// certificate: "" refuses it with 401, system:anonymous forbids it as
 	// an anonymous request does, anything else is the user it authenticates as.
 	certificateUser string
+	// clientCNs counts requests by the common name of the client
+	// certificate of their connection.
+	clientCNs map[string]int
 }
 
 // fakeServerOption adjusts a fake API server before it starts.
@@ -107,6 +113,7 @@ func newFakeAPIServer(t *testing.T, pki *testPKI, version string, groups map[str
 		requests:    map[string]int{},
 		notModified: map[string]int{},
 		lastHeaders: map[string]http.Header{},
+		clientCNs:   map[string]int{},
 	}
 	clientCAs := x509.NewCertPool()
 	clientCAs.AddCert(pki.frontProxy.Cert)
@@ -114,6 +121,9 @@ func newFakeAPIServer(t *testing.T, pki *testPKI, version string, groups map[str
 		Certificates: []tls.Certificate{pki.servingCert},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		ClientCAs:    clientCAs,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return f.rotated.Load(), nil
+		},
 	}
 	for _, o := range opts {
 		o(f, tlsConfig)
@@ -139,6 +149,9 @@ func (f *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer f.mu.Unlock()
 	f.requests[r.URL.Path]++
 	f.lastHeaders[r.URL.Path] = r.Header.Clone()
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		f.clientCNs[r.TLS.PeerCertificates[0].Subject.CommonName]++
+	}
 	if r.URL.Path == pathSelfSubjectReviews && r.Method == http.MethodPost && r.Header.Get("X-Remote-User") == "" {
 		f.reviewCertificate(w, r)
 		return
@@ -239,6 +252,12 @@ func (f *fakeAPIServer) setCertificateUser(user string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.certificateUser = user
+}
+
+func (f *fakeAPIServer) requestsFrom(clientCN string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.clientCNs[clientCN]
 }
 
 func (f *fakeAPIServer) setReady(ready bool) {
@@ -392,14 +411,13 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // front-proxy credentials.
 func testOptions(pki *testPKI, rec *recorder, servers ...*fakeAPIServer) Options {
 	o := Options{
-		PeerCAFile:         pki.peerCAFile,
-		FrontProxyCertFile: pki.clientCertFile,
-		FrontProxyKeyFile:  pki.clientKeyFile,
-		PollInterval:       20 * time.Millisecond,
-		RequestTimeout:     5 * time.Second,
-		GracePeriod:        time.Hour,
-		OnSnapshot:         rec.OnSnapshot,
-		Logger:             discardLogger(),
+		PeerCA:                pki.peerCA,
+		FrontProxyCertificate: pki.clientCert,
+		PollInterval:          20 * time.Millisecond,
+		RequestTimeout:        5 * time.Second,
+		GracePeriod:           time.Hour,
+		OnSnapshot:            rec.OnSnapshot,
+		Logger:                discardLogger(),
 	}
 	for _, s := range servers {
 		o.StaticServers = append(o.StaticServers, s.url())

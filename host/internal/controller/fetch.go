@@ -13,6 +13,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/skewgate/skewgate/discovery"
@@ -66,7 +67,9 @@ type document struct {
 
 // fetcher performs the bounded, verified requests of one probe.
 type fetcher struct {
-	client   *backendClient
+	// client is replaced when the peer CA or the front-proxy certificate
+	// changes.
+	client   atomic.Pointer[backendClient]
 	timeout  time.Duration
 	maxBytes int64
 }
@@ -84,7 +87,7 @@ func (f *fetcher) get(ctx context.Context, address, path, accept, ifNoneMatch st
 	if ifNoneMatch != "" {
 		header.Set("If-None-Match", ifNoneMatch)
 	}
-	maps.Copy(header, f.client.identity)
+	maps.Copy(header, f.client.Load().identity)
 	return f.do(ctx, http.MethodGet, address, path, nil, header)
 }
 
@@ -99,7 +102,7 @@ func (f *fetcher) do(ctx context.Context, method, address, path string, body []b
 	}
 	req.Header = header
 	req.Header.Set("User-Agent", "skewgate-controller")
-	resp, err := f.client.http.Do(req)
+	resp, err := f.client.Load().http.Do(req)
 	if err != nil {
 		return response{}, &fetchError{path, transportReason(err), err}
 	}

@@ -3,17 +3,17 @@ package controller
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/skewgate/skewgate/host/internal/certfile"
 )
 
 // Defaults for Options fields left zero.
@@ -37,7 +37,7 @@ const (
 	RemoteGroup = "system:authenticated"
 )
 
-// Options configures a Controller. OnSnapshot, PeerCAFile, at least one source
+// Options configures a Controller. OnSnapshot, PeerCA, at least one source
 // of servers and one kind of credentials are required; zero durations and
 // limits take the defaults above.
 type Options struct {
@@ -50,7 +50,7 @@ type Options struct {
 	// RESTConfig, when set, makes the controller discover servers from the
 	// cluster (identity Leases and the kubernetes Service's EndpointSlices). Its
 	// credentials authenticate the controller to the servers when no front-proxy
-	// certificate is given; its own TLS settings are replaced by PeerCAFile and
+	// certificate is given; its own TLS settings are replaced by PeerCA and
 	// ServerName for those connections.
 	RESTConfig *rest.Config
 	// Cluster, when set, is listed and watched for the cluster discovery
@@ -58,16 +58,17 @@ type Options struct {
 	// on its own.
 	Cluster *ClusterListers
 
-	// PeerCAFile holds the CA certificates that sign the servers' serving
-	// certificates (--peer-ca-file).
-	PeerCAFile string
+	// PeerCA holds the CA certificates that sign the servers' serving
+	// certificates (--peer-ca-file). When it changes, new connections verify
+	// with the new certificates; requests in flight finish.
+	PeerCA *certfile.CABundle
 	// ServerName is verified in every server's certificate; default
 	// DefaultServerName.
 	ServerName string
-	// FrontProxyCertFile and FrontProxyKeyFile are the front-proxy client
-	// certificate; with them the controller identifies as RemoteUser.
-	FrontProxyCertFile string
-	FrontProxyKeyFile  string
+	// FrontProxyCertificate is the front-proxy client certificate; with it
+	// the controller identifies as RemoteUser. Its changes are followed as
+	// PeerCA's are.
+	FrontProxyCertificate *certfile.KeyPair
 	// CheckFrontProxyCertificate makes the controller ask a healthy server,
 	// once per certificate, whether the front-proxy client certificate alone
 	// (without X-Remote-User) authenticates as a user, and warn if it does.
@@ -113,20 +114,17 @@ func (o Options) complete() (Options, error) {
 	if o.OnSnapshot == nil {
 		return o, errors.New("controller: OnSnapshot is required")
 	}
-	if o.PeerCAFile == "" {
-		return o, errors.New("controller: PeerCAFile is required: the CA that signs the API servers' serving certificates")
+	if o.PeerCA == nil {
+		return o, errors.New("controller: PeerCA is required: the CA that signs the API servers' serving certificates")
 	}
 	if len(o.StaticServers) == 0 && o.LocalServer == "" && o.RESTConfig == nil && o.Cluster == nil {
 		return o, errors.New("controller: no API servers: give StaticServers, LocalServer, a RESTConfig or Cluster")
 	}
-	if (o.FrontProxyCertFile == "") != (o.FrontProxyKeyFile == "") {
-		return o, errors.New("controller: FrontProxyCertFile and FrontProxyKeyFile must be given together")
+	if o.CheckFrontProxyCertificate && o.FrontProxyCertificate == nil {
+		return o, errors.New("controller: CheckFrontProxyCertificate needs FrontProxyCertificate")
 	}
-	if o.CheckFrontProxyCertificate && o.FrontProxyCertFile == "" {
-		return o, errors.New("controller: CheckFrontProxyCertificate needs FrontProxyCertFile and FrontProxyKeyFile")
-	}
-	if o.FrontProxyCertFile == "" && o.RESTConfig == nil {
-		return o, errors.New("controller: no credentials for the API servers: give FrontProxyCertFile and FrontProxyKeyFile, or a RESTConfig")
+	if o.FrontProxyCertificate == nil && o.RESTConfig == nil {
+		return o, errors.New("controller: no credentials for the API servers: give FrontProxyCertificate or a RESTConfig")
 	}
 	if o.ServerName == "" {
 		o.ServerName = DefaultServerName
@@ -182,26 +180,14 @@ type backendClient struct {
 }
 
 func newBackendClient(o Options) (*backendClient, error) {
-	caPEM, err := os.ReadFile(o.PeerCAFile)
-	if err != nil {
-		return nil, fmt.Errorf("controller: PeerCAFile: %w", err)
-	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("controller: PeerCAFile %s: no PEM certificate found", o.PeerCAFile)
-	}
 	client := &backendClient{identity: http.Header{}}
 	var transport http.RoundTripper
-	if o.FrontProxyCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(o.FrontProxyCertFile, o.FrontProxyKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("controller: front-proxy certificate: %w", err)
-		}
+	if o.FrontProxyCertificate != nil {
 		transport = &http.Transport{
 			TLSClientConfig: &tls.Config{
-				RootCAs:      roots,
+				RootCAs:      o.PeerCA.Pool(),
 				ServerName:   o.ServerName,
-				Certificates: []tls.Certificate{cert},
+				Certificates: []tls.Certificate{*o.FrontProxyCertificate.Certificate()},
 				MinVersion:   tls.VersionTLS12,
 			},
 			// Servers are addressed by their advertised IP on the control-plane
@@ -216,8 +202,8 @@ func newBackendClient(o Options) (*backendClient, error) {
 		client.identity.Set("X-Remote-User", RemoteUser)
 		client.identity.Set("X-Remote-Group", RemoteGroup)
 	} else {
-		transport, err = restTransport(o, caPEM)
-		if err != nil {
+		var err error
+		if transport, err = restTransport(o, o.PeerCA.PEM()); err != nil {
 			return nil, err
 		}
 	}
@@ -236,7 +222,7 @@ func newBackendClient(o Options) (*backendClient, error) {
 func restTransport(o Options, caPEM []byte) (http.RoundTripper, error) {
 	cfg := rest.CopyConfig(o.RESTConfig)
 	if cfg.Transport != nil {
-		return nil, errors.New("controller: RESTConfig.Transport is set, so its TLS settings cannot be replaced by PeerCAFile and ServerName: give FrontProxyCertFile and FrontProxyKeyFile instead")
+		return nil, errors.New("controller: RESTConfig.Transport is set, so its TLS settings cannot be replaced by PeerCA and ServerName: give FrontProxyCertificate instead")
 	}
 	cfg.TLSClientConfig.Insecure = false
 	cfg.TLSClientConfig.CAFile = ""

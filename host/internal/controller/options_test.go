@@ -3,8 +3,6 @@ package controller
 import (
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,27 +13,19 @@ import (
 
 func TestNewRejectsInvalidOptions(t *testing.T) {
 	pki := newTestPKI(t)
-	notPEM := filepath.Join(t.TempDir(), "not-a-ca.crt")
-	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
 		name   string
 		change func(o *Options)
 		want   string
 	}{
 		{"no callback", func(o *Options) { o.OnSnapshot = nil }, "OnSnapshot is required"},
-		{"no peer CA", func(o *Options) { o.PeerCAFile = "" }, "PeerCAFile is required"},
-		{"missing peer CA file", func(o *Options) { o.PeerCAFile = filepath.Join(t.TempDir(), "absent.crt") }, "PeerCAFile"},
-		{"peer CA without certificates", func(o *Options) { o.PeerCAFile = notPEM }, "no PEM certificate"},
+		{"no peer CA", func(o *Options) { o.PeerCA = nil }, "PeerCA is required"},
 		{"no servers", func(o *Options) { o.StaticServers = nil }, "no API servers"},
-		{"certificate without key", func(o *Options) { o.FrontProxyKeyFile = "" }, "must be given together"},
-		{"no credentials", func(o *Options) { o.FrontProxyCertFile, o.FrontProxyKeyFile = "", "" }, "no credentials"},
+		{"no credentials", func(o *Options) { o.FrontProxyCertificate = nil }, "no credentials"},
 		{"certificate check without a certificate", func(o *Options) {
-			o.FrontProxyCertFile, o.FrontProxyKeyFile = "", ""
+			o.FrontProxyCertificate = nil
 			o.CheckFrontProxyCertificate = true
-		}, "CheckFrontProxyCertificate needs FrontProxyCertFile"},
-		{"key does not match", func(o *Options) { o.FrontProxyKeyFile = notPEM }, "front-proxy certificate"},
+		}, "CheckFrontProxyCertificate needs FrontProxyCertificate"},
 		{"plain http", func(o *Options) { o.StaticServers = []string{"http://10.0.0.1:6443"} }, "must be an https:// URL"},
 		{"path after port", func(o *Options) { o.StaticServers = []string{"https://10.0.0.1:6443/apis"} }, "nothing after the port"},
 		{"same server twice", func(o *Options) {
@@ -58,7 +48,7 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		{"negative size limit", func(o *Options) { o.MaxResponseBytes = -1 }, "MaxResponseBytes must be positive"},
 		{"negative concurrency", func(o *Options) { o.MaxConcurrentFetches = -1 }, "MaxConcurrentFetches must be positive"},
 		{"REST config with its own transport", func(o *Options) {
-			o.FrontProxyCertFile, o.FrontProxyKeyFile = "", ""
+			o.FrontProxyCertificate = nil
 			o.RESTConfig = &rest.Config{Host: "https://cluster.invalid", Transport: http.DefaultTransport}
 			o.Cluster = fakeCluster(fake.NewClientset())
 		}, "RESTConfig.Transport is set"},
@@ -81,11 +71,10 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 func TestNewFillsInDefaults(t *testing.T) {
 	pki := newTestPKI(t)
 	c, err := New(Options{
-		StaticServers:      []string{"https://10.0.0.1:6443"},
-		PeerCAFile:         pki.peerCAFile,
-		FrontProxyCertFile: pki.clientCertFile,
-		FrontProxyKeyFile:  pki.clientKeyFile,
-		OnSnapshot:         (&recorder{}).OnSnapshot,
+		StaticServers:         []string{"https://10.0.0.1:6443"},
+		PeerCA:                pki.peerCA,
+		FrontProxyCertificate: pki.clientCert,
+		OnSnapshot:            (&recorder{}).OnSnapshot,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -98,12 +87,11 @@ func TestNewFillsInDefaults(t *testing.T) {
 		t.Errorf("defaults not applied: %+v", o)
 	}
 	fast, err := New(Options{
-		StaticServers:      []string{"https://10.0.0.1:6443"},
-		PeerCAFile:         pki.peerCAFile,
-		FrontProxyCertFile: pki.clientCertFile,
-		FrontProxyKeyFile:  pki.clientKeyFile,
-		OnSnapshot:         (&recorder{}).OnSnapshot,
-		PollInterval:       100 * time.Millisecond,
+		StaticServers:         []string{"https://10.0.0.1:6443"},
+		PeerCA:                pki.peerCA,
+		FrontProxyCertificate: pki.clientCert,
+		OnSnapshot:            (&recorder{}).OnSnapshot,
+		PollInterval:          100 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)

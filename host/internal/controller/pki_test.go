@@ -1,9 +1,13 @@
 package controller
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509/pkix"
 	"testing"
+	"time"
+
+	"github.com/skewgate/skewgate/host/internal/certfile"
 
 	"github.com/skewgate/skewgate/host/internal/devpki"
 )
@@ -36,6 +40,10 @@ type testPKI struct {
 	peerCAFile          string
 	clientCertFile      string
 	clientKeyFile       string
+	// files watches the three files once watch is called.
+	files      *certfile.Watcher
+	peerCA     *certfile.CABundle
+	clientCert *certfile.KeyPair
 }
 
 func newTestPKI(t *testing.T) *testPKI {
@@ -53,5 +61,33 @@ func newTestPKI(t *testing.T) *testPKI {
 	if p.clientCertFile, p.clientKeyFile, err = client.WriteFiles(dir, "front-proxy-client"); err != nil {
 		t.Fatal(err)
 	}
+	p.files = certfile.NewWatcher(discardLogger(), 10*time.Millisecond)
+	if p.peerCA, err = p.files.CABundle("--peer-ca-file", p.peerCAFile); err != nil {
+		t.Fatal(err)
+	}
+	if p.clientCert, err = p.files.KeyPair("--proxy-client-cert-file/--proxy-client-key-file", p.clientCertFile, p.clientKeyFile); err != nil {
+		t.Fatal(err)
+	}
 	return p
+}
+
+// watch follows changes of the PKI's files until the test ends.
+func (p *testPKI) watch(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.files.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// changed returns a channel that receives a value after each change of the
+// bundle or key pair, once its other subscribers have been called.
+func changed(subscribe func(func())) <-chan struct{} {
+	ch := make(chan struct{}, 16)
+	subscribe(func() { ch <- struct{}{} })
+	return ch
 }

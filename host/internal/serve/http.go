@@ -69,8 +69,8 @@ func (s *Server) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(b.Bytes())
 }
 
-// serveMetrics writes the gateway's, the plugin host's, the controller's and
-// this process's own metrics.
+// serveMetrics writes the gateway's, the plugin host's, the controller's, the
+// certificate files' and this process's own metrics.
 func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", promtext.ContentType)
 	bw := bufio.NewWriter(w)
@@ -84,6 +84,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 		write(host.WritePrometheus)
 	}
 	write(s.ctrl.WritePrometheus)
+	write(s.certificates.WritePrometheus)
 	ready := "0"
 	if s.Ready() {
 		ready = "1"

@@ -7,8 +7,6 @@ package serve
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/host/internal/certfile"
 	"github.com/skewgate/skewgate/host/internal/controller"
 	"github.com/skewgate/skewgate/host/internal/envoyconfig"
 	"github.com/skewgate/skewgate/host/internal/gateway"
@@ -127,6 +126,8 @@ type Server struct {
 	gw      *gateway.Gateway
 	plugins *pluginSlot
 
+	certificates *certfile.Watcher
+
 	gatewayServer, metricsServer     *http.Server
 	gatewayListener, metricsListener net.Listener
 
@@ -164,23 +165,32 @@ func New(cfg Config) (*Server, error) {
 	if s.wasm, err = os.ReadFile(cfg.WasmPath); err != nil {
 		return nil, fmt.Errorf("plugin module: %w (run `make build` to build it)", err)
 	}
-	peerCAs, err := readPool(cfg.PeerCAFile)
+	// Every certificate, key and CA file is followed: new handshakes use new
+	// material, connections in flight keep theirs.
+	s.certificates = certfile.NewWatcher(cfg.Logger.With("component", "certificates"), certfile.DefaultInterval)
+	peerCA, err := s.certificates.CABundle("--peer-ca-file", cfg.PeerCAFile)
 	if err != nil {
-		return nil, fmt.Errorf("--peer-ca-file: %w", err)
+		return nil, err
 	}
-	servingCert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSPrivateKeyFile)
+	serving, err := s.certificates.KeyPair("--tls-cert-file/--tls-private-key-file", cfg.TLSCertFile, cfg.TLSPrivateKeyFile)
 	if err != nil {
-		return nil, fmt.Errorf("--tls-cert-file/--tls-private-key-file: %w", err)
+		return nil, err
 	}
-	var clientCAs *x509.CertPool
+	var clientCA *certfile.CABundle
 	if cfg.ClientCAFile != "" {
-		if clientCAs, err = readPool(cfg.ClientCAFile); err != nil {
-			return nil, fmt.Errorf("--client-ca-file: %w", err)
+		if clientCA, err = s.certificates.CABundle("--client-ca-file", cfg.ClientCAFile); err != nil {
+			return nil, err
+		}
+	}
+	var proxyClient *certfile.KeyPair
+	if cfg.ProxyClientCertFile != "" {
+		if proxyClient, err = s.certificates.KeyPair("--proxy-client-cert-file/--proxy-client-key-file", cfg.ProxyClientCertFile, cfg.ProxyClientKeyFile); err != nil {
+			return nil, err
 		}
 	}
 	gwOpts := gateway.Options{
 		Plugin:            s.plugins,
-		PeerRootCAs:       peerCAs,
+		PeerRootCAs:       peerCA.Pool(),
 		PeerServerName:    cfg.PeerServerName,
 		RoutingHeader:     cfg.RoutingHeader,
 		RetryAfterSeconds: cfg.RetryAfterSeconds,
@@ -188,25 +198,24 @@ func New(cfg Config) (*Server, error) {
 		Logger:            cfg.Logger,
 	}
 	if cfg.IdentityMode == IdentityFrontProxy {
-		cert, err := tls.LoadX509KeyPair(cfg.ProxyClientCertFile, cfg.ProxyClientKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("--proxy-client-cert-file/--proxy-client-key-file: %w", err)
-		}
-		gwOpts.ClientCertificate = &cert
+		gwOpts.ClientCertificate = proxyClient.Certificate()
 	}
 	if s.gw, err = gateway.New(gwOpts); err != nil {
 		return nil, err
 	}
+	peerCA.OnChange(func() { s.gw.SetPeerRootCAs(peerCA.Pool()) })
+	if cfg.IdentityMode == IdentityFrontProxy {
+		proxyClient.OnChange(func() { s.gw.SetClientCertificate(proxyClient.Certificate()) })
+	}
 	ctrlOpts := controller.Options{
-		StaticServers:      cfg.APIServers,
-		LocalServer:        cfg.LocalAPIServer,
-		PeerCAFile:         cfg.PeerCAFile,
-		ServerName:         cfg.PeerServerName,
-		FrontProxyCertFile: cfg.ProxyClientCertFile,
-		FrontProxyKeyFile:  cfg.ProxyClientKeyFile,
-		PollInterval:       cfg.PollInterval,
-		ReadinessInterval:  cfg.ReadinessInterval,
-		GracePeriod:        cfg.GracePeriod,
+		StaticServers:         cfg.APIServers,
+		LocalServer:           cfg.LocalAPIServer,
+		PeerCA:                peerCA,
+		ServerName:            cfg.PeerServerName,
+		FrontProxyCertificate: proxyClient,
+		PollInterval:          cfg.PollInterval,
+		ReadinessInterval:     cfg.ReadinessInterval,
+		GracePeriod:           cfg.GracePeriod,
 		// Only front-proxy mode presents the certificate for clients.
 		CheckFrontProxyCertificate: cfg.IdentityMode == IdentityFrontProxy,
 		OnSnapshot:                 s.onSnapshot,
@@ -224,7 +233,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.gatewayServer = &http.Server{
 		Handler:           s.gw,
-		TLSConfig:         gateway.ServerTLSConfig(servingCert, clientCAs),
+		TLSConfig:         serverTLSConfig(serving, clientCA),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    maxHeaderBytes,
@@ -381,18 +390,6 @@ func isLoopback(hostport string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-func readPool(path string) (*x509.CertPool, error) {
-	pemBytes, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pemBytes) {
-		return nil, fmt.Errorf("%s: no PEM certificate found", path)
-	}
-	return pool, nil
-}
-
 // Listen binds the gateway and metrics listeners.
 func (s *Server) Listen() error {
 	var err error
@@ -445,6 +442,11 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer close(controllerDone)
 		_ = s.ctrl.Run(ctrlCtx)
 	}()
+	certificatesDone := make(chan struct{})
+	go func() {
+		defer close(certificatesDone)
+		_ = s.certificates.Run(ctrlCtx)
+	}()
 	s.log.Info("skewgate serving", "gateway", s.gatewayListener.Addr().String(), "metrics", s.metricsListener.Addr().String(),
 		"identity_mode", s.cfg.IdentityMode, "wasm", s.cfg.WasmPath)
 
@@ -486,6 +488,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	wg.Wait()
 	stopController()
 	<-controllerDone
+	<-certificatesDone
 	s.gw.CloseIdleConnections()
 	if host := s.plugins.host.Load(); host != nil {
 		_ = host.Close(context.Background())

@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
 	"fmt"
@@ -38,9 +39,26 @@ type apiServer struct {
 	slowEntered atomic.Int32
 	// cluster is the name the controller gives the server.
 	cluster string
+	srv     *httptest.Server
+	// rotated, once set, is the serving certificate of new connections.
+	rotated atomic.Pointer[tls.Certificate]
+	mu      sync.Mutex
+	// clientCNs counts requests by their client certificate's common name.
+	clientCNs map[string]int
+}
+
+func (s *apiServer) requestsFrom(clientCN string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.clientCNs[clientCN]
 }
 
 func (s *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		s.mu.Lock()
+		s.clientCNs[r.TLS.PeerCertificates[0].Subject.CommonName]++
+		s.mu.Unlock()
+	}
 	switch r.URL.Path {
 	case "/readyz":
 		if !s.ready.Load() {
@@ -64,6 +82,8 @@ func (s *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 type fixture struct {
+	// ca signs every certificate.
+	ca      *devpki.CA
 	servers []*apiServer
 	cfg     Config
 	release func()
@@ -94,18 +114,24 @@ func newFixture(t *testing.T) *fixture {
 	}
 	release := make(chan struct{})
 	var once sync.Once
-	f := &fixture{release: func() { once.Do(func() { close(release) }) }}
+	f := &fixture{ca: ca, release: func() { once.Do(func() { close(release) }) }}
 	t.Cleanup(f.release)
 	var urls []string
 	for _, spec := range discoverytest.SkewedControlPlane() {
-		s := &apiServer{spec: spec, release: release}
+		s := &apiServer{spec: spec, release: release, clientCNs: map[string]int{}}
 		s.ready.Store(true)
 		srv := httptest.NewUnstartedServer(s)
-		srv.TLS = &tls.Config{Certificates: []tls.Certificate{apiCert.TLSCertificate()}}
+		srv.TLS = &tls.Config{
+			Certificates:   []tls.Certificate{apiCert.TLSCertificate()},
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.rotated.Load(), nil },
+			// Client certificates are recorded, not verified.
+			ClientAuth: tls.RequestClientCert,
+		}
 		srv.EnableHTTP2 = true
 		srv.StartTLS()
 		t.Cleanup(srv.Close)
 		s.cluster = controller.ClusterName(srv.Listener.Addr().String())
+		s.srv = srv
 		f.servers = append(f.servers, s)
 		urls = append(urls, srv.URL)
 	}
@@ -322,4 +348,16 @@ func TestConfigMistakesNameTheFlag(t *testing.T) {
 			}
 		})
 	}
+}
+
+func readPool(path string) (*x509.CertPool, error) {
+	pemBytes, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pemBytes) {
+		return nil, fmt.Errorf("%s: no PEM certificate found", path)
+	}
+	return pool, nil
 }
