@@ -539,7 +539,10 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 			VMID:                envoyconfig.FilterName,
 			PluginConfiguration: config,
 			CallTimeout:         s.cfg.PluginCallTimeout,
-			Logger:              s.log.With("component", "plugin"),
+			// The plugin asks the API servers, through the gateway's
+			// clusters, whether a client may read merged discovery.
+			HTTPCalls: s.gw,
+			Logger:    s.log.With("component", "plugin"),
 		})
 		if err != nil {
 			return err
