@@ -62,6 +62,8 @@ type Config struct {
 	BindAddress string
 	SecurePort  int
 	// TLSCertFile and TLSPrivateKeyFile are the gateway's serving certificate.
+	// These and the other certificate, key and CA files are read again every
+	// certfile.DefaultInterval and their changes used without a restart.
 	TLSCertFile, TLSPrivateKeyFile string
 	// ClientCAFile verifies client certificates when clients present one.
 	ClientCAFile string
