@@ -20,7 +20,7 @@
 //	    {
 //	      "id": "apiserver-7x5ezbbh7ckzrcmfarikojwuzq", // upstream server ID (identity lease name) when
 //	                                        // known, otherwise any stable unique name
-//	      "cluster": "apiserver-a",         // the gateway's upstream (Envoy cluster) for this server
+//	      "cluster": "apiserver-a",         // the gateway's upstream (Envoy cluster) for this server; no '+' (see FrontProxyClusterSuffix)
 //	      "version": "v1.36.3",             // the server's gitVersion from /version
 //	      "healthy": true,                  // /readyz answered 200 on the last probe
 //	      "apis": { APIGroupDiscoveryList },// the server's own GET /apis, Accept ...;profile=nopeer

@@ -27,6 +27,11 @@ const (
 	defaultRoutingHeader     = "x-skewgate-upstream"
 	defaultRetryAfterSeconds = 5
 	maxRetryAfterSeconds     = 3600
+	// By default a credential's permission to read discovery is rechecked
+	// after as long as kube-apiserver caches a token's successful
+	// authentication (10 s).
+	defaultDiscoveryAuthorizationCacheSeconds = 10
+	maxDiscoveryAuthorizationCacheSeconds     = 300
 )
 
 // Config is the validated plugin configuration with its derived index.
@@ -35,12 +40,19 @@ type Config struct {
 	RetryAfterSeconds      int
 	TrustPeerProxiedHeader bool
 	Identity               IdentityMode
-	Index                  *discovery.Index
+	// DiscoveryAuthorizationCacheSeconds is how long an API server's answer
+	// to "may this credential read discovery?" is reused; 0 asks on every
+	// merged discovery request.
+	DiscoveryAuthorizationCacheSeconds int
+	Index                              *discovery.Index
+	// frontProxyClusters[i] is the cluster that reaches Index.Servers()[i]
+	// with the front-proxy certificate, built once instead of per request.
+	frontProxyClusters []string
 }
 
 var knownConfigFields = map[string]bool{
 	"routingHeader": true, "retryAfterSeconds": true, "trustPeerProxiedHeader": true,
-	"identityMode": true, "snapshot": true,
+	"identityMode": true, "discoveryAuthorizationCacheSeconds": true, "snapshot": true,
 }
 
 // ParseConfig validates the whole configuration before building anything from
@@ -65,8 +77,9 @@ func ParseConfig(raw []byte) (*Config, error) {
 		return nil, fmt.Errorf("configuration: unknown field %q", unknown)
 	}
 	cfg := &Config{
-		RoutingHeader:     defaultRoutingHeader,
-		RetryAfterSeconds: defaultRetryAfterSeconds,
+		RoutingHeader:                      defaultRoutingHeader,
+		RetryAfterSeconds:                  defaultRetryAfterSeconds,
+		DiscoveryAuthorizationCacheSeconds: defaultDiscoveryAuthorizationCacheSeconds,
 	}
 	if v := doc.Get("routingHeader"); v.Exists() {
 		if v.Type != gjson.String || !isOwnableHeaderName(v.Str) {
@@ -79,6 +92,12 @@ func ParseConfig(raw []byte) (*Config, error) {
 			return nil, fmt.Errorf("configuration: retryAfterSeconds: must be an integer from 1 to %d, got %s", maxRetryAfterSeconds, v.Raw)
 		}
 		cfg.RetryAfterSeconds = int(v.Int())
+	}
+	if v := doc.Get("discoveryAuthorizationCacheSeconds"); v.Exists() {
+		if v.Type != gjson.Number || v.Raw != fmt.Sprint(v.Int()) || v.Int() < 0 || v.Int() > maxDiscoveryAuthorizationCacheSeconds {
+			return nil, fmt.Errorf("configuration: discoveryAuthorizationCacheSeconds: must be an integer from 0 to %d, got %s", maxDiscoveryAuthorizationCacheSeconds, v.Raw)
+		}
+		cfg.DiscoveryAuthorizationCacheSeconds = int(v.Int())
 	}
 	if v := doc.Get("trustPeerProxiedHeader"); v.Exists() {
 		if !v.IsBool() {
@@ -109,6 +128,9 @@ func ParseConfig(raw []byte) (*Config, error) {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
 	cfg.Index = ix
+	for _, srv := range ix.Servers() {
+		cfg.frontProxyClusters = append(cfg.frontProxyClusters, srv.Cluster+discovery.FrontProxyClusterSuffix)
+	}
 	return cfg, nil
 }
 

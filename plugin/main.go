@@ -52,6 +52,9 @@ type pluginContext struct {
 	metrics *metrics
 	// picks spreads re-routed requests over the capable servers.
 	picks uint64
+	// authorizations remembers, per credential, whether the API servers let it
+	// read discovery.
+	authorizations authorizationCache
 }
 
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
@@ -79,21 +82,43 @@ func (p *pluginContext) NewHttpContext(uint32) types.HttpContext {
 	return &httpContext{plugin: p, cfg: p.cfg}
 }
 
+// pick chooses a server for a request the plugin must name the server of
+// itself: a healthy one, or any while none is.
+func (p *pluginContext) pick(ix *discovery.Index) int {
+	set := ix.Healthy()
+	if set == 0 {
+		set = ix.All()
+	}
+	i := set.Pick(p.picks)
+	p.picks++
+	return i
+}
+
 // httpContext keeps the configuration it started with, so a request in flight
 // is decided against one snapshot even if a new one arrives meanwhile.
 type httpContext struct {
 	types.DefaultHttpContext
 	plugin *pluginContext
 	cfg    *Config
+	// headers and in are the request as it arrived.
+	headers [][2]string
+	in      inbound
+	// pending is the merged discovery answer waiting for its authorization.
+	pending pendingDiscovery
 }
 
 // inbound is what the plugin reads from the request headers in one pass.
 type inbound struct {
-	method, path, accept, ifNoneMatch string
-	peerProxied                       string
-	hasPeerProxied, hasRoutingHeader  bool
-	remoteHeaders                     []string
+	method, path, authority, accept, ifNoneMatch string
+	peerProxied                                  string
+	// strip is set when the request carries a header the client must not
+	// control: an identity assertion, the backend choice or an untrusted
+	// peer-proxied marker.
+	strip bool
 }
+
+// noServer is the target of a request left to the gateway's load balancing.
+const noServer = -1
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	if h.cfg == nil {
@@ -106,31 +131,40 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		proxywasm.LogErrorf("skewgate: cannot read request headers: %v", err)
 		return h.unavailable(&discovery.Decision{})
 	}
-	in := h.scan(headers)
-	h.stripInbound(&in)
+	h.headers, h.in = headers, h.scan(headers)
+	var id *certIdentity
 	if h.cfg.Identity == IdentityFrontProxy {
-		h.assertClientCertificate()
+		var ok bool
+		if id, ok = h.clientIdentity(); !ok {
+			return h.unauthorized()
+		}
 	}
 
-	req, ok := h.request(&in)
-	if !ok {
-		// The API server rejects the malformed path itself.
-		return types.ActionContinue
+	// A malformed request target is the API server's to reject.
+	d := discovery.Decision{Action: discovery.Forward}
+	if req, ok := h.request(&h.in); ok {
+		d = h.cfg.Index.Decide(&req, h.plugin.picks)
 	}
-	d := h.cfg.Index.Decide(&req, h.plugin.picks)
 	if d.NoPeer {
 		h.plugin.metrics.noPeerForwarded.Increment(1)
 	}
 	switch d.Action {
 	case discovery.Route:
 		h.plugin.picks++
-		return h.route(&d)
+		if d.Rerouted {
+			h.plugin.metrics.rerouted.Increment(1)
+		}
+		return h.forward(d.Server, id, d.Rerouted)
 	case discovery.ServeDocument, discovery.NotModified:
-		return h.serveDocument(&d, in.method == "HEAD")
+		return h.authorizeDiscovery(&d, id)
 	case discovery.Unavailable:
 		return h.unavailable(&d)
 	}
-	return types.ActionContinue
+	if id != nil {
+		// The front-proxy credential goes only where the plugin sends it.
+		return h.forward(h.plugin.pick(h.cfg.Index), id, false)
+	}
+	return h.forward(noServer, nil, false)
 }
 
 // request is what Decide needs; ok is false for a malformed request target.
@@ -145,12 +179,15 @@ func (h *httpContext) request(in *inbound) (req discovery.Request, ok bool) {
 
 func (h *httpContext) scan(headers [][2]string) inbound {
 	var in inbound
+	var hasPeerProxied bool
 	for _, kv := range headers {
 		switch name := kv[0]; {
 		case name == ":method":
 			in.method = kv[1]
 		case name == ":path":
 			in.path = kv[1]
+		case name == ":authority":
+			in.authority = kv[1]
 		case name == "accept":
 			if in.accept == "" {
 				in.accept = kv[1]
@@ -160,84 +197,125 @@ func (h *httpContext) scan(headers [][2]string) inbound {
 				in.ifNoneMatch = kv[1]
 			}
 		case name == headerPeerProxied:
-			if !in.hasPeerProxied {
+			if !hasPeerProxied {
 				in.peerProxied = kv[1]
 			}
-			in.hasPeerProxied = true
-		case name == h.cfg.RoutingHeader:
-			in.hasRoutingHeader = true
-		case strings.HasPrefix(name, prefixRemoteHeaders):
-			in.remoteHeaders = append(in.remoteHeaders, name)
+			hasPeerProxied = true
+			in.strip = in.strip || !h.cfg.TrustPeerProxiedHeader
+		case h.stripped(name):
+			in.strip = true
 		}
 	}
 	return in
 }
 
-// stripInbound removes what a client must never control: identity assertions,
-// the backend choice and, unless trusted, the peer-proxied marker (upstream
-// honours any client's copy, which lets a client switch off re-routing).
-func (h *httpContext) stripInbound(in *inbound) {
-	for _, name := range in.remoteHeaders {
-		h.remove(name)
-	}
-	if in.hasRoutingHeader {
-		h.remove(h.cfg.RoutingHeader)
-	}
-	if in.hasPeerProxied && !h.cfg.TrustPeerProxiedHeader {
-		h.remove(headerPeerProxied)
-	}
+// stripped reports a header the client must never control: identity
+// assertions, the backend choice and, unless trusted, the peer-proxied marker
+// (upstream honours any client's copy, which lets a client switch off
+// re-routing).
+func (h *httpContext) stripped(name string) bool {
+	return strings.HasPrefix(name, prefixRemoteHeaders) || name == h.cfg.RoutingHeader ||
+		(name == headerPeerProxied && !h.cfg.TrustPeerProxiedHeader)
 }
 
-func (h *httpContext) remove(name string) {
-	if err := proxywasm.RemoveHttpRequestHeader(name); err != nil {
-		proxywasm.LogErrorf("skewgate: cannot remove request header %s: %v", name, err)
+// forward lets the request continue to server (noServer: the gateway's
+// choice), asserting id and marking it re-routed as asked. Stripping and
+// asserting write the whole header map back in one call: removing headers one
+// by one costs a scan of the map each, quadratic in what a client sends.
+func (h *httpContext) forward(server int, id *certIdentity, rerouted bool) types.Action {
+	var cluster string
+	switch {
+	case server == noServer:
+	case id != nil:
+		cluster = h.cfg.frontProxyClusters[server]
+	default:
+		cluster = h.cfg.Index.Servers()[server].Cluster
 	}
-}
-
-// assertClientCertificate turns a client certificate the gateway verified into
-// front-proxy identity headers, as kube-apiserver's x509 authenticator would
-// read the certificate itself.
-func (h *httpContext) assertClientCertificate() {
-	subject, err := proxywasm.GetProperty(propertySubjectPeerCertificate)
-	if err != nil || len(subject) == 0 {
-		return
+	var err error
+	if h.in.strip || id != nil {
+		err = proxywasm.ReplaceHttpRequestHeaders(h.rewritten(id, cluster, rerouted))
+	} else {
+		if cluster != "" {
+			err = proxywasm.ReplaceHttpRequestHeader(h.cfg.RoutingHeader, cluster)
+		}
+		if err == nil && rerouted {
+			err = proxywasm.ReplaceHttpRequestHeader(headerPeerProxied, "true")
+		}
 	}
-	id, err := identityFromSubject(string(subject))
 	if err != nil {
-		proxywasm.LogWarnf("skewgate: client certificate not asserted: %v", err)
-		return
+		// Continuing could send what the client must not control, or the
+		// front-proxy credential without the identity it vouches for.
+		proxywasm.LogErrorf("skewgate: cannot rewrite request headers: %v", err)
+		return h.failClosed()
 	}
-	if err := proxywasm.ReplaceHttpRequestHeader(headerRemoteUser, id.User); err != nil {
-		proxywasm.LogErrorf("skewgate: cannot set %s: %v", headerRemoteUser, err)
-		return
+	if cluster != "" {
+		// Envoy re-resolves the route after header changes for ABI 0.2.0
+		// modules; asking explicitly keeps routing correct on hosts that stop
+		// doing that. Hosts without the function answer NotFound, which is fine.
+		_, _ = proxywasm.CallForeignFunction("clear_route_cache", nil)
 	}
-	for _, g := range id.Groups {
-		if err := proxywasm.AddHttpRequestHeader(headerRemoteGroup, g); err != nil {
-			proxywasm.LogErrorf("skewgate: cannot add %s: %v", headerRemoteGroup, err)
-		}
-	}
-}
-
-func (h *httpContext) route(d *discovery.Decision) types.Action {
-	server := &h.cfg.Index.Servers()[d.Server]
-	if err := proxywasm.ReplaceHttpRequestHeader(h.cfg.RoutingHeader, server.Cluster); err != nil {
-		proxywasm.LogErrorf("skewgate: cannot set %s: %v", h.cfg.RoutingHeader, err)
-		return h.unavailable(d)
-	}
-	if d.Rerouted {
-		if err := proxywasm.ReplaceHttpRequestHeader(headerPeerProxied, "true"); err != nil {
-			proxywasm.LogErrorf("skewgate: cannot set %s: %v", headerPeerProxied, err)
-		}
-		h.plugin.metrics.rerouted.Increment(1)
-	}
-	// Envoy re-resolves the route after header changes for ABI 0.2.0 modules;
-	// asking explicitly keeps routing correct on hosts that stop doing that.
-	// Hosts without the function answer NotFound, which is fine.
-	_, _ = proxywasm.CallForeignFunction("clear_route_cache", nil)
 	return types.ActionContinue
 }
 
-func (h *httpContext) serveDocument(d *discovery.Decision, head bool) types.Action {
+// rewritten is the request's header map without what the client must not
+// control, in its order (pseudo-headers first, as they came), followed by the
+// headers the plugin sets.
+func (h *httpContext) rewritten(id *certIdentity, cluster string, rerouted bool) [][2]string {
+	out := make([][2]string, 0, len(h.headers)+4)
+	for _, kv := range h.headers {
+		if !h.stripped(kv[0]) && (!rerouted || kv[0] != headerPeerProxied) {
+			out = append(out, kv)
+		}
+	}
+	if id != nil {
+		out = append(out, [2]string{headerRemoteUser, id.User})
+		for _, g := range id.Groups {
+			out = append(out, [2]string{headerRemoteGroup, g})
+		}
+	}
+	if cluster != "" {
+		out = append(out, [2]string{h.cfg.RoutingHeader, cluster})
+	}
+	if rerouted {
+		out = append(out, [2]string{headerPeerProxied, "true"})
+	}
+	return out
+}
+
+// clientIdentity is the identity of the client certificate the gateway
+// verified, nil without one, as kube-apiserver's x509 authenticator would
+// read the certificate itself; ok is false for a certificate that cannot be
+// asserted.
+func (h *httpContext) clientIdentity() (id *certIdentity, ok bool) {
+	subject, err := proxywasm.GetProperty(propertySubjectPeerCertificate)
+	if err != nil || len(subject) == 0 {
+		return nil, true
+	}
+	parsed, err := identityFromSubject(string(subject))
+	if err != nil {
+		proxywasm.LogWarnf("skewgate: client certificate refused: %v", err)
+		return nil, false
+	}
+	return &parsed, true
+}
+
+// unauthorized answers as kube-apiserver does when no authenticator accepts a
+// request: a client certificate the gateway verified but cannot assert must
+// not reach an API server, where it would count as anonymous or worse.
+func (h *httpContext) unauthorized() types.Action {
+	h.plugin.metrics.refusedCertificates.Increment(1)
+	return h.respond(401, [][2]string{
+		{"content-type", "application/json"},
+		{"cache-control", "no-cache, private"},
+	}, []byte(unauthorizedStatus))
+}
+
+const unauthorizedStatus = `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}`
+
+// serveDocument answers with the merged document. A HEAD answer carries the
+// body too: hosts take Content-Length from it and Envoy drops the body of a
+// local reply to HEAD itself.
+func (h *httpContext) serveDocument(d *discovery.Decision) types.Action {
 	doc := d.Document
 	headers := [][2]string{
 		{"etag", doc.ETag},
@@ -250,29 +328,50 @@ func (h *httpContext) serveDocument(d *discovery.Decision, head bool) types.Acti
 	}
 	headers = append(headers, [2]string{"content-type", discoveryJSONType})
 	h.plugin.metrics.discoveryServed.Increment(1)
-	if head {
-		return h.respond(200, headers, nil)
-	}
 	return h.respond(200, headers, doc.Body)
 }
 
 func (h *httpContext) unavailable(d *discovery.Decision) types.Action {
-	h.plugin.metrics.unavailable.Increment(1)
-	seconds := defaultRetryAfterSeconds
-	if h.cfg != nil {
-		seconds = h.cfg.RetryAfterSeconds
-	}
-	return h.respond(503, [][2]string{
-		{"content-type", "application/json"},
-		{"retry-after", strconv.Itoa(seconds)},
-		{"cache-control", "no-store"},
-	}, discovery.UnavailableStatus(d, seconds))
+	return h.serviceUnavailable(discovery.UnavailableStatus(d, h.retryAfterSeconds()))
 }
 
+func (h *httpContext) serviceUnavailable(status []byte) types.Action {
+	h.plugin.metrics.unavailable.Increment(1)
+	return h.respond(503, h.unavailableHeaders(), status)
+}
+
+func (h *httpContext) retryAfterSeconds() int {
+	if h.cfg == nil {
+		return defaultRetryAfterSeconds
+	}
+	return h.cfg.RetryAfterSeconds
+}
+
+func (h *httpContext) unavailableHeaders() [][2]string {
+	return [][2]string{
+		{"content-type", "application/json"},
+		{"retry-after", strconv.Itoa(h.retryAfterSeconds())},
+		{"cache-control", "no-store"},
+	}
+}
+
+// respond sends a local response. Should the host refuse it, the API server
+// answers the request itself, stripped of what the client must not control
+// and without any asserted identity.
 func (h *httpContext) respond(code uint32, headers [][2]string, body []byte) types.Action {
 	if err := proxywasm.SendHttpResponse(code, headers, body, -1); err != nil {
 		proxywasm.LogErrorf("skewgate: cannot send local response %d: %v", code, err)
-		return types.ActionContinue
+		return h.forward(noServer, nil, false)
+	}
+	return types.ActionPause
+}
+
+// failClosed answers 503 for a request that must not continue as it is.
+func (h *httpContext) failClosed() types.Action {
+	h.plugin.metrics.unavailable.Increment(1)
+	status := discovery.ServiceUnavailableStatus("the gateway could not prepare the request; retry shortly", "", "", h.retryAfterSeconds())
+	if err := proxywasm.SendHttpResponse(503, h.unavailableHeaders(), status, -1); err != nil {
+		proxywasm.LogErrorf("skewgate: cannot send local response 503: %v", err)
 	}
 	return types.ActionPause
 }

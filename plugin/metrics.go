@@ -11,6 +11,13 @@ type metrics struct {
 	unavailable            proxywasm.MetricCounter
 	noPeerForwarded        proxywasm.MetricCounter
 	rejectedConfigurations proxywasm.MetricCounter
+	refusedCertificates    proxywasm.MetricCounter
+	// Discovery authorization: calls made, answers taken from the cache,
+	// 401/403 answers (from either), and calls without a usable answer.
+	authorizationsChecked  proxywasm.MetricCounter
+	authorizationCacheHits proxywasm.MetricCounter
+	authorizationsDenied   proxywasm.MetricCounter
+	authorizationFailures  proxywasm.MetricCounter
 	generation             proxywasm.MetricGauge
 }
 
@@ -25,6 +32,11 @@ func defineMetrics() *metrics {
 		unavailable:            proxywasm.DefineCounterMetric("skewgate_unavailable_responses_total"),
 		noPeerForwarded:        proxywasm.DefineCounterMetric("skewgate_nopeer_discovery_forwarded_total"),
 		rejectedConfigurations: proxywasm.DefineCounterMetric("skewgate_rejected_configurations_total"),
+		refusedCertificates:    proxywasm.DefineCounterMetric("skewgate_client_certificates_refused_total"),
+		authorizationsChecked:  proxywasm.DefineCounterMetric("skewgate_discovery_authorizations_checked_total"),
+		authorizationCacheHits: proxywasm.DefineCounterMetric("skewgate_discovery_authorization_cache_hits_total"),
+		authorizationsDenied:   proxywasm.DefineCounterMetric("skewgate_discovery_authorizations_denied_total"),
+		authorizationFailures:  proxywasm.DefineCounterMetric("skewgate_discovery_authorization_failures_total"),
 		generation:             proxywasm.DefineGaugeMetric("skewgate_snapshot_generation"),
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
+	"github.com/skewgate/skewgate/discovery/discoverytest"
 	"github.com/skewgate/skewgate/plugin/plugintest"
 )
 
@@ -62,9 +63,6 @@ func readBuiltModule(t *testing.T) []byte {
 type proxytestHarness struct {
 	vm func(*testing.T) types.VMContext
 }
-
-// proxytest appends an added header value to an existing field's value.
-func (proxytestHarness) ConcatenatesAddedValues() bool { return true }
 
 // proxytest supports one plugin context, configured once.
 func (proxytestHarness) PushesConfiguration() bool { return false }
@@ -152,3 +150,32 @@ func (p *proxytestPlugin) Gauge(name string) int64 {
 }
 
 func (p *proxytestPlugin) RouteCacheClears() int { return p.clears }
+
+// BenchmarkHeaderFloodStripping runs the built module on one request that
+// carries n X-Remote-* headers to strip; ns/header must not grow with n.
+func BenchmarkHeaderFloodStripping(b *testing.B) {
+	vm, err := builtModuleVM()
+	if err != nil {
+		b.Fatalf("load %s: %v", builtModule, err)
+	}
+	for _, n := range []int{1000, 4000, 16000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			config := plugintest.Config(b, 1, nil, discoverytest.SkewedControlPlane())
+			host, reset := proxytest.NewHostEmulator(proxytest.NewEmulatorOption().WithVMContext(vm).WithPluginConfiguration(config))
+			defer reset()
+			if host.StartPlugin() != types.OnPluginStartStatusOK {
+				b.Fatal(host.GetCriticalLogs())
+			}
+			headers := [][2]string{{":method", "GET"}, {":path", "/api/v1/pods"}, {":authority", "kube.example"}}
+			for i := range n {
+				headers = append(headers, [2]string{"x-remote-extra-k" + strconv.Itoa(i), "v"})
+			}
+			for b.Loop() {
+				id := host.InitializeHttpContext()
+				host.CallOnRequestHeaders(id, headers, true)
+				host.CompleteHttpContext(id)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/header")
+		})
+	}
+}

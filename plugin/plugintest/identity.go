@@ -1,0 +1,178 @@
+package plugintest
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/skewgate/skewgate/discovery/discoverytest"
+)
+
+// FrontProxySuffix marks the cluster that carries the front-proxy client
+// certificate, spelled out independently of discovery.FrontProxyClusterSuffix.
+const FrontProxySuffix = "+front-proxy"
+
+// unauthorizedBody is kube-apiserver's answer to a request no authenticator
+// accepts.
+const unauthorizedBody = `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}`
+
+// Hosts present the front-proxy certificate only on requests whose routing
+// header ends in the suffix, so every request with an asserted identity must
+// name its server, and no other request may carry the suffix.
+func assertedRequestsNameTheirServersFrontProxyCluster(t *testing.T, h Harness) {
+	frontProxy := Config(t, 1, map[string]any{"identityMode": "front-proxy"}, discoverytest.SkewedControlPlane())
+	t.Run("asserted", func(t *testing.T) {
+		p := start(t, h, StartOptions{Config: frontProxy, SubjectPeerCertificate: testSubject})
+		seen := map[string]int{}
+		for range 6 {
+			res := p.Request("GET", "/api/v1/namespaces/default/pods")
+			cluster, _ := res.Header(RoutingHeader)
+			seen[cluster]++
+			if !res.Forwarded || len(res.Values(RoutingHeader)) != 1 {
+				t.Fatalf("forwarded %v with routing header %q; want exactly one", res.Forwarded, res.Values(RoutingHeader))
+			}
+		}
+		if want := map[string]int{"kube-a" + FrontProxySuffix: 2, "kube-b" + FrontProxySuffix: 2, "kube-c" + FrontProxySuffix: 2}; !maps.Equal(seen, want) {
+			t.Errorf("a resource every server serves went to %v; want %v", seen, want)
+		}
+		res := p.Request("POST", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies")
+		if cluster, _ := res.Header(RoutingHeader); cluster != "kube-b"+FrontProxySuffix && cluster != "kube-c"+FrontProxySuffix {
+			t.Errorf("re-routed request went to %q; want kube-b or kube-c with the suffix", cluster)
+		}
+		for _, path := range []string{"/apis/example.com/v1/widgets", "/api/v1/namespaces/%zz/pods", "/healthz"} {
+			if cluster, _ := p.Request("GET", path).Header(RoutingHeader); !strings.HasSuffix(cluster, FrontProxySuffix) {
+				t.Errorf("%s: routing header %q; an asserted request must name a front-proxy cluster", path, cluster)
+			}
+		}
+	})
+	t.Run("front-proxy mode without certificate", func(t *testing.T) {
+		p := start(t, h, StartOptions{Config: frontProxy})
+		checkNoFrontProxyCredential(t, p)
+	})
+	t.Run("passthrough with certificate", func(t *testing.T) {
+		config := Config(t, 1, map[string]any{"identityMode": "passthrough"}, discoverytest.SkewedControlPlane())
+		p := start(t, h, StartOptions{Config: config, SubjectPeerCertificate: testSubject})
+		checkNoFrontProxyCredential(t, p)
+	})
+}
+
+func checkNoFrontProxyCredential(t *testing.T, p Plugin) {
+	t.Helper()
+	for _, path := range []string{"/api/v1/pods", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies", "/healthz"} {
+		res := p.Request("GET", path, [2]string{RoutingHeader, "kube-a" + FrontProxySuffix})
+		if !res.Forwarded {
+			t.Errorf("%s: not forwarded: %+v", path, res.Local)
+		}
+		if cluster, _ := res.Header(RoutingHeader); strings.HasSuffix(cluster, FrontProxySuffix) {
+			t.Errorf("%s: routing header %q carries the front-proxy suffix without an asserted identity", path, cluster)
+		}
+		if got := res.Values("x-remote-user"); got != nil {
+			t.Errorf("%s: asserted %q", path, got)
+		}
+	}
+}
+
+func unassertableClientCertificateIsRefusedWith401(t *testing.T, h Harness) {
+	frontProxy := Config(t, 1, map[string]any{"identityMode": "front-proxy"}, discoverytest.SkewedControlPlane())
+	for _, subject := range []string{"O=no-common-name", `CN=evil\0Aline,O=system:masters`, "garbage"} {
+		t.Run(subject, func(t *testing.T) {
+			p := start(t, h, StartOptions{Config: frontProxy, SubjectPeerCertificate: subject, HTTPCalls: allow})
+			for _, path := range []string{"/api/v1/pods", "/apis"} {
+				res := p.Request("GET", path, [2]string{"accept", AcceptV2}, [2]string{"authorization", "Bearer abc"})
+				if res.Forwarded || res.Local == nil || res.Local.Status != 401 {
+					t.Fatalf("%s: forwarded %v, local %+v; want a local 401", path, res.Forwarded, res.Local)
+				}
+				if string(res.Local.Body) != unauthorizedBody || res.Local.Header("content-type") != "application/json" {
+					t.Errorf("%s: body %s (%s); want kube-apiserver's Unauthorized Status", path, res.Local.Body, res.Local.Header("content-type"))
+				}
+				if len(res.HTTPCalls) != 0 {
+					t.Errorf("%s: the refused request made calls %+v", path, res.HTTPCalls)
+				}
+			}
+			if got := p.Counter("skewgate_client_certificates_refused_total"); got != 2 {
+				t.Errorf("refused-certificates counter %d; want 2", got)
+			}
+		})
+	}
+	t.Run("passthrough ignores certificates", func(t *testing.T) {
+		config := Config(t, 1, map[string]any{"identityMode": "passthrough"}, discoverytest.SkewedControlPlane())
+		p := start(t, h, StartOptions{Config: config, SubjectPeerCertificate: "O=no-common-name"})
+		if res := p.Request("GET", "/api/v1/pods"); !res.Forwarded {
+			t.Errorf("passthrough refused a request for its certificate: %+v", res.Local)
+		}
+	})
+}
+
+// Thousands of headers to strip cost one header-map write, not one scan of
+// the map per header; what survives keeps its order, pseudo-headers first.
+func headerFloodIsStrippedInOneHeaderMapWrite(t *testing.T, h Harness) {
+	flood := [][2]string{{"user-agent", "kubectl/v1.36.3"}, {"x-remote-user", "system:admin"}, {RoutingHeader, "kube-a"}, {PeerProxied, "true"}}
+	for i := range 2000 {
+		flood = append(flood, [2]string{fmt.Sprintf("x-remote-extra-k%d", i), "v"})
+	}
+	flood = append(flood, [2]string{"authorization", "Bearer abc"}, [2]string{"accept", "application/json"})
+	kept := []string{":method", ":path", ":authority", "user-agent", "authorization", "accept"}
+	for _, mode := range []string{"passthrough", "front-proxy"} {
+		t.Run(mode, func(t *testing.T) {
+			config := Config(t, 1, map[string]any{"identityMode": mode}, discoverytest.SkewedControlPlane())
+			p := start(t, h, StartOptions{Config: config, SubjectPeerCertificate: testSubject})
+			for _, path := range []string{"/api/v1/pods", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies"} {
+				res := p.Request("GET", path, flood...)
+				if !res.Forwarded {
+					t.Fatalf("%s: not forwarded: %+v", path, res.Local)
+				}
+				var names []string
+				for _, kv := range res.Headers {
+					if slices.Contains(kept, kv[0]) {
+						names = append(names, kv[0])
+					}
+					if strings.HasPrefix(kv[0], "x-remote-") && (mode == "passthrough" || kv[1] == "system:admin" || kv[1] == "v") {
+						t.Fatalf("%s: forged %s: %s reached the backend", path, kv[0], kv[1])
+					}
+				}
+				if !slices.Equal(names, kept) {
+					t.Errorf("%s: kept headers %q; want %q in their order", path, names, kept)
+				}
+				routing := res.Values(RoutingHeader)
+				if mode == "passthrough" && path == "/api/v1/pods" {
+					if routing != nil {
+						t.Errorf("%s: routing header %q; want the client's removed and none set", path, routing)
+					}
+				} else if len(routing) != 1 || routing[0] == "kube-a" {
+					t.Errorf("%s: routing header %q; want exactly the plugin's choice", path, routing)
+				}
+				if mode == "front-proxy" && !slices.Equal(res.Values("x-remote-user"), []string{"alice, jr"}) {
+					t.Errorf("%s: x-remote-user %q; want the certificate's [alice, jr]", path, res.Values("x-remote-user"))
+				}
+				if res.HeaderCalls != nil {
+					if res.HeaderCalls["proxy_set_header_map_pairs"] != 1 || res.HeaderCalls["proxy_remove_header_map_value"] != 0 {
+						t.Errorf("%s: header host calls %v; want one proxy_set_header_map_pairs and no removal", path, res.HeaderCalls)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A burst that fails every health probe at once must not make every request a
+// 503: with no healthy server, the plugin routes as if all were healthy.
+func noHealthyServerRoutesAsIfEveryServerWereHealthy(t *testing.T, h Harness) {
+	servers := discoverytest.SkewedControlPlane()
+	for i := range servers {
+		servers[i].Healthy = false
+	}
+	p := start(t, h, StartOptions{Config: Config(t, 1, nil, servers)})
+	res := p.Request("POST", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies")
+	if cluster, _ := res.Header(RoutingHeader); !res.Forwarded || (cluster != "kube-b" && cluster != "kube-c") {
+		t.Errorf("skewed resource: forwarded %v to %q, local %+v; want kube-b or kube-c", res.Forwarded, cluster, res.Local)
+	}
+	res = p.Request("GET", "/apis/apps/v1/deployments")
+	if _, ok := res.Header(RoutingHeader); !res.Forwarded || ok {
+		t.Errorf("common resource: forwarded %v, local %+v; want the gateway's load balancing", res.Forwarded, res.Local)
+	}
+	if got := p.Counter("skewgate_unavailable_responses_total"); got != 0 {
+		t.Errorf("unavailable counter %d; want 0", got)
+	}
+}
