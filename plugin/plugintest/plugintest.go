@@ -75,24 +75,12 @@ type HTTPCallResponse struct {
 
 // Header returns the first value of a header of the call.
 func (c HTTPCall) Header(name string) string {
-	for _, kv := range c.Headers {
-		if kv[0] == name {
-			return kv[1]
-		}
-	}
-	return ""
+	v, _ := first(c.Headers, name)
+	return v
 }
 
 // Values returns every value of a header of the call.
-func (c HTTPCall) Values(name string) []string {
-	var out []string
-	for _, kv := range c.Headers {
-		if kv[0] == name {
-			out = append(out, kv[1])
-		}
-	}
-	return out
-}
+func (c HTTPCall) Values(name string) []string { return values(c.Headers, name) }
 
 // Plugin is one configured plugin.
 type Plugin interface {
@@ -134,8 +122,19 @@ type LocalResponse struct {
 }
 
 // Header returns the first value of a request header after the plugin ran.
-func (r Result) Header(name string) (string, bool) {
-	for _, kv := range r.Headers {
+func (r Result) Header(name string) (string, bool) { return first(r.Headers, name) }
+
+// Values returns every value of a request header after the plugin ran.
+func (r Result) Values(name string) []string { return values(r.Headers, name) }
+
+// Header returns a local response header.
+func (l *LocalResponse) Header(name string) string {
+	v, _ := first(l.Headers, name)
+	return v
+}
+
+func first(headers [][2]string, name string) (string, bool) {
+	for _, kv := range headers {
 		if kv[0] == name {
 			return kv[1], true
 		}
@@ -143,25 +142,14 @@ func (r Result) Header(name string) (string, bool) {
 	return "", false
 }
 
-// Values returns every value of a request header after the plugin ran.
-func (r Result) Values(name string) []string {
+func values(headers [][2]string, name string) []string {
 	var out []string
-	for _, kv := range r.Headers {
+	for _, kv := range headers {
 		if kv[0] == name {
 			out = append(out, kv[1])
 		}
 	}
 	return out
-}
-
-// Header returns a local response header.
-func (l *LocalResponse) Header(name string) string {
-	for _, kv := range l.Headers {
-		if kv[0] == name {
-			return kv[1]
-		}
-	}
-	return ""
 }
 
 // Config renders a plugin configuration for servers with extra options.
