@@ -2,10 +2,13 @@
 // a wasip1 reactor (GOOS=wasip1 GOARCH=wasm -buildmode=c-shared), it holds a
 // discovery snapshot and decides, per request, whether to leave routing to the
 // gateway, steer to a server that serves the resource, answer the merged
-// discovery document itself, or answer 503.
+// discovery document itself (to clients an API server would answer, asked
+// through proxy_http_call), or answer 503.
 //
 // It never blocks, sleeps, starts goroutines, arms runtime timers or touches
 // files: in Envoy's Wasm host a Go runtime timer kills the VM at the next GC.
+// Waiting for an HTTP call is the host's: the plugin pauses the stream and
+// resumes it from the call's callback.
 package main
 
 import (
