@@ -87,7 +87,7 @@ func runEnvoyConfig(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%s: %w", snapshotFile, err)
 		}
 		generation = snap.Generation
-		if pluginConfig, err = serve.PluginConfig(identityMode, envoyconfig.DefaultRoutingHeader, 5, raw); err != nil {
+		if pluginConfig, err = serve.PluginConfig(identityMode, envoyconfig.DefaultRoutingHeader, 5, 0, raw); err != nil {
 			return err
 		}
 	}

@@ -232,7 +232,7 @@ func TestVersionNamesTheBuild(t *testing.T) {
 }
 
 func TestServeRefusesNegativeDurationsNamingTheFlag(t *testing.T) {
-	for _, flag := range []string{"--poll-interval", "--readiness-interval", "--grace-period", "--request-timeout",
+	for _, flag := range []string{"--poll-interval", "--readiness-interval", "--grace-period", "--request-timeout", "--discovery-authorization-cache",
 		"--plugin-call-timeout", "--shutdown-delay-duration", "--shutdown-timeout"} {
 		t.Run(flag, func(t *testing.T) {
 			code, _, stderr := runCLI(t, "serve", flag+"=-1s")

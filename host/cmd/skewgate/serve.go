@@ -40,6 +40,7 @@ func runServe(args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.WasmPath, "wasm", "", "plugin module (default: skewgate.wasm next to the binary, ../build/skewgate.wasm from it, or build/skewgate.wasm)")
 	fs.StringVar(&cfg.RoutingHeader, "routing-header", "", "internal header carrying the chosen upstream (default x-skewgate-upstream)")
 	fs.IntVar(&cfg.RetryAfterSeconds, "retry-after-seconds", 0, "Retry-After announced with 503 answers (default 5)")
+	fs.DurationVar(&cfg.DiscoveryAuthorizationCache, "discovery-authorization-cache", serve.DefaultDiscoveryAuthorizationCache, "how long an API server's answer to whether a credential may read merged discovery is reused (whole seconds, at most 5m)")
 	fs.DurationVar(&cfg.PollInterval, "poll-interval", controller.DefaultPollInterval, "how often every API server's discovery documents are refreshed")
 	fs.DurationVar(&cfg.ReadinessInterval, "readiness-interval", controller.DefaultReadinessInterval, "how often every API server's /readyz is probed between polls (at most --poll-interval)")
 	fs.DurationVar(&cfg.GracePeriod, "grace-period", controller.DefaultGracePeriod, "how long an unreachable API server stays in discovery")

@@ -51,6 +51,12 @@ const (
 	// in microseconds, so only a request built to be slow comes near it, and
 	// it must not hold a VM that every other request needs.
 	DefaultPluginCallTimeout = time.Second
+	// DefaultDiscoveryAuthorizationCache is how long an API server's answer
+	// to whether a credential may read discovery is reused: as long as
+	// kube-apiserver caches a token's successful authentication.
+	DefaultDiscoveryAuthorizationCache = 10 * time.Second
+	// MaxDiscoveryAuthorizationCache is the longest the plugin accepts.
+	MaxDiscoveryAuthorizationCache = 5 * time.Minute
 )
 
 // maxHeaderBytes bounds a request's header block, Envoy's default
@@ -94,7 +100,12 @@ type Config struct {
 	// the gateway alike; zero values take the plugin's defaults.
 	RoutingHeader     string
 	RetryAfterSeconds int
-	PollInterval      time.Duration
+	// DiscoveryAuthorizationCache is how long the plugin reuses an API
+	// server's answer to whether a credential may read merged discovery, in
+	// whole seconds up to MaxDiscoveryAuthorizationCache; default
+	// DefaultDiscoveryAuthorizationCache.
+	DiscoveryAuthorizationCache time.Duration
+	PollInterval                time.Duration
 	// ReadinessInterval is how often the API servers' /readyz is probed
 	// between polls; default controller.DefaultReadinessInterval.
 	ReadinessInterval time.Duration
@@ -293,12 +304,19 @@ func (c Config) complete() (Config, error) {
 		{"--grace-period", c.GracePeriod},
 		{"--plugin-call-timeout", c.PluginCallTimeout},
 		{"--request-timeout", c.RequestTimeout},
+		{"--discovery-authorization-cache", c.DiscoveryAuthorizationCache},
 		{"--shutdown-delay-duration", c.ShutdownDelay},
 		{"--shutdown-timeout", c.ShutdownTimeout},
 	} {
 		if d.value < 0 {
 			errs = append(errs, fmt.Errorf("%s %v: must not be negative", d.flag, d.value))
 		}
+	}
+	switch d := c.DiscoveryAuthorizationCache; {
+	case d == 0:
+		c.DiscoveryAuthorizationCache = DefaultDiscoveryAuthorizationCache
+	case d > MaxDiscoveryAuthorizationCache || d%time.Second != 0:
+		errs = append(errs, fmt.Errorf("--discovery-authorization-cache %v: must be whole seconds, at most %v", d, MaxDiscoveryAuthorizationCache))
 	}
 	if c.PluginCallTimeout == 0 {
 		c.PluginCallTimeout = DefaultPluginCallTimeout
@@ -570,20 +588,22 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 
 // pluginConfig is the plugin configuration for a snapshot.
 func (s *Server) pluginConfig(rawSnapshot []byte) ([]byte, error) {
-	return PluginConfig(s.cfg.IdentityMode, s.cfg.RoutingHeader, s.cfg.RetryAfterSeconds, rawSnapshot)
+	return PluginConfig(s.cfg.IdentityMode, s.cfg.RoutingHeader, s.cfg.RetryAfterSeconds, int(s.cfg.DiscoveryAuthorizationCache/time.Second), rawSnapshot)
 }
 
 // PluginConfig is the plugin's JSON configuration (plugin/config.go) with the
-// snapshot embedded byte for byte. A client's x-kubernetes-peer-proxied
-// header is never trusted: the gateway faces clients directly.
-func PluginConfig(identityMode, routingHeader string, retryAfterSeconds int, rawSnapshot []byte) ([]byte, error) {
+// snapshot embedded byte for byte; an authorizationCacheSeconds of 0 leaves
+// the plugin's default. A client's x-kubernetes-peer-proxied header is never
+// trusted: the gateway faces clients directly.
+func PluginConfig(identityMode, routingHeader string, retryAfterSeconds, authorizationCacheSeconds int, rawSnapshot []byte) ([]byte, error) {
 	return json.Marshal(struct {
-		RoutingHeader          string          `json:"routingHeader"`
-		RetryAfterSeconds      int             `json:"retryAfterSeconds"`
-		TrustPeerProxiedHeader bool            `json:"trustPeerProxiedHeader"`
-		IdentityMode           string          `json:"identityMode"`
-		Snapshot               json.RawMessage `json:"snapshot"`
-	}{routingHeader, retryAfterSeconds, false, identityMode, rawSnapshot})
+		RoutingHeader                      string          `json:"routingHeader"`
+		RetryAfterSeconds                  int             `json:"retryAfterSeconds"`
+		TrustPeerProxiedHeader             bool            `json:"trustPeerProxiedHeader"`
+		IdentityMode                       string          `json:"identityMode"`
+		DiscoveryAuthorizationCacheSeconds int             `json:"discoveryAuthorizationCacheSeconds,omitempty"`
+		Snapshot                           json.RawMessage `json:"snapshot"`
+	}{routingHeader, retryAfterSeconds, false, identityMode, authorizationCacheSeconds, rawSnapshot})
 }
 
 func (s *Server) writeECDS(config []byte, generation uint64) {

@@ -45,6 +45,17 @@ type apiServer struct {
 	mu      sync.Mutex
 	// clientCNs counts requests by their client certificate's common name.
 	clientCNs map[string]int
+	// asserted counts requests by "<client certificate CN> as <X-Remote-User>".
+	asserted map[string]int
+	// discoveryReads counts requests for /apis and /api by Authorization
+	// header; "Bearer denied" is answered 403.
+	discoveryReads map[string]int
+}
+
+func (s *apiServer) count(m map[string]int, key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return m[key]
 }
 
 func (s *apiServer) requestsFrom(clientCN string) int {
@@ -54,10 +65,24 @@ func (s *apiServer) requestsFrom(clientCN string) int {
 }
 
 func (s *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
-		s.mu.Lock()
-		s.clientCNs[r.TLS.PeerCertificates[0].Subject.CommonName]++
-		s.mu.Unlock()
+		cn := r.TLS.PeerCertificates[0].Subject.CommonName
+		s.clientCNs[cn]++
+		if user := r.Header.Get("X-Remote-User"); user != "" {
+			s.asserted[cn+" as "+user]++
+		}
+	}
+	authorization := r.Header.Get("Authorization")
+	if (r.URL.Path == "/apis" || r.URL.Path == "/api") && authorization != "" {
+		s.discoveryReads[authorization]++
+	}
+	s.mu.Unlock()
+	if authorization == "Bearer denied" {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"forbidden: User \"denied\" cannot get path \"`+r.URL.Path+`\"","reason":"Forbidden","code":403}`)
+		return
 	}
 	switch r.URL.Path {
 	case "/readyz":
@@ -118,7 +143,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(f.release)
 	var urls []string
 	for _, spec := range discoverytest.SkewedControlPlane() {
-		s := &apiServer{spec: spec, release: release, clientCNs: map[string]int{}}
+		s := &apiServer{spec: spec, release: release, clientCNs: map[string]int{}, asserted: map[string]int{}, discoveryReads: map[string]int{}}
 		s.ready.Store(true)
 		srv := httptest.NewUnstartedServer(s)
 		srv.TLS = &tls.Config{
@@ -334,6 +359,8 @@ func TestConfigMistakesNameTheFlag(t *testing.T) {
 		{"negative poll interval", func(c *Config) { c.PollInterval = -time.Second }, "--poll-interval"},
 		{"negative readiness interval", func(c *Config) { c.ReadinessInterval = -time.Second }, "--readiness-interval"},
 		{"negative grace period", func(c *Config) { c.GracePeriod = -time.Second }, "--grace-period"},
+		{"fractional authorization cache", func(c *Config) { c.DiscoveryAuthorizationCache = 1500 * time.Millisecond }, "--discovery-authorization-cache 1.5s: must be whole seconds"},
+		{"authorization cache too long", func(c *Config) { c.DiscoveryAuthorizationCache = 10 * time.Minute }, "--discovery-authorization-cache 10m0s: must be whole seconds, at most 5m0s"},
 		{"negative request timeout", func(c *Config) { c.RequestTimeout = -time.Second }, "--request-timeout"},
 		{"negative plugin call timeout", func(c *Config) { c.PluginCallTimeout = -time.Second }, "--plugin-call-timeout"},
 		{"negative shutdown delay", func(c *Config) { c.ShutdownDelay = -time.Second }, "--shutdown-delay-duration"},
