@@ -211,3 +211,54 @@ func TestCertificateFilesAreFollowedWithoutCuttingOpenConnections(t *testing.T) 
 		t.Errorf("the request open through the rotations: status %d, want 200", code)
 	}
 }
+
+func TestFrontProxyCertificateFileIsFollowedForAssertedIdentities(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.IdentityMode = IdentityFrontProxy
+	f.cfg.ClientCAFile = f.cfg.PeerCAFile
+	s, err := New(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	eventually(t, "ready", s.Ready)
+	ca, _ := readPool(f.cfg.PeerCAFile)
+	alice := mustLeaf(t)(f.ca.Client(pkix.Name{CommonName: "alice"})).TLSCertificate()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca, Certificates: []tls.Certificate{alice}}}}
+	plain := &http.Client{Timeout: 10 * time.Second}
+	asserted := func(proxyCN string) int {
+		n := 0
+		for _, srv := range f.servers {
+			n += srv.count(srv.asserted, proxyCN+" as alice")
+		}
+		return n
+	}
+
+	if code, _, body := get(t, client, "https://"+s.GatewayAddr().String()+"/api/v1/namespaces/x/configmaps"); code != http.StatusOK || asserted("front-proxy-client") != 1 {
+		t.Fatalf("alice's request: %d %s, asserted with the front-proxy certificate %d times", code, body, asserted("front-proxy-client"))
+	}
+	writeLeaf(t, mustLeaf(t)(f.ca.Client(pkix.Name{CommonName: "front-proxy-client-2"})), f.cfg.ProxyClientCertFile, f.cfg.ProxyClientKeyFile)
+	const reloaded = `skewgate_certificate_reloads_total{files="--proxy-client-cert-file/--proxy-client-key-file"} 1`
+	eventually(t, reloaded, func() bool {
+		_, _, m := get(t, plain, "http://"+s.MetricsAddr().String()+"/metrics")
+		return strings.Contains(m, reloaded)
+	})
+	// New connections present the new certificate.
+	for _, srv := range f.servers {
+		srv.srv.CloseClientConnections()
+	}
+	if code, _, body := get(t, client, "https://"+s.GatewayAddr().String()+"/api/v1/namespaces/x/configmaps"); code != http.StatusOK || asserted("front-proxy-client-2") != 1 {
+		t.Errorf("alice's request after the rotation: %d %s, asserted with the new certificate %d times", code, body, asserted("front-proxy-client-2"))
+	}
+}
