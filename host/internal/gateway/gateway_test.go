@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -230,6 +231,9 @@ func TestUpgradesAreCarriedWithTheSameHeaderHandling(t *testing.T) {
 			if got := e.Headers["X-Remote-User"]; !slices.Equal(got, []string{"jane"}) {
 				t.Errorf("X-Remote-User = %q, want the verified certificate's [jane] (upstream sends none on upgrades)", got)
 			}
+			if e.ClientCert != frontProxyClientName {
+				t.Errorf("the asserted upgrade presented client certificate %q, want the front-proxy one", e.ClientCert)
+			}
 			if got := e.Headers["X-Remote-Group"]; !slices.Equal(got, []string{"developers"}) {
 				t.Errorf("X-Remote-Group = %q, want [developers]", got)
 			}
@@ -267,6 +271,11 @@ func TestClientHeadersNeverBecomeAnIdentity(t *testing.T) {
 		{"front-proxy without a certificate asserts nothing", "front-proxy", false, nil, nil},
 		{"front-proxy asserts the verified certificate", "front-proxy", true, []string{`jane, "doe"+admin`}, []string{"dev#ops", "on call"}},
 	} {
+		// Only an asserted identity travels with the front-proxy certificate.
+		wantCert := ""
+		if tc.wantUser != nil {
+			wantCert = frontProxyClientName
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, harnessConfig{identityMode: tc.mode})
 			var cert *tls.Certificate
@@ -293,6 +302,9 @@ func TestClientHeadersNeverBecomeAnIdentity(t *testing.T) {
 				}
 				if got := e.Headers["Authorization"]; !slices.Equal(got, []string{"Bearer passes-through"}) {
 					t.Errorf("Authorization = %q, bearer tokens must pass through", got)
+				}
+				if e.ClientCert != wantCert {
+					t.Errorf("the backend saw client certificate %q, want %q", e.ClientCert, wantCert)
 				}
 			}
 		})
@@ -444,7 +456,7 @@ func TestNewRequiresPluginAndPeerCAs(t *testing.T) {
 	}
 }
 
-func TestMergedDiscoveryIsAnsweredWithoutABackend(t *testing.T) {
+func TestMergedDiscoveryIsAnsweredLocallyAfterOneAuthorizationCheck(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
 	resp, body := do(t, h.client(nil, true), "GET", h.front.URL+"/apis", http.Header{"Accept": {aggregatedAccept}}, nil)
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("ETag") == "" {
@@ -459,12 +471,68 @@ func TestMergedDiscoveryIsAnsweredWithoutABackend(t *testing.T) {
 	if again.StatusCode != http.StatusNotModified {
 		t.Errorf("revalidation answered %d, want 304", again.StatusCode)
 	}
-	if n := h.totalHits(); n != 0 {
-		t.Errorf("backends saw %d requests", n)
+	for _, http2 := range []bool{false, true} {
+		head, headBody := do(t, h.client(nil, http2), "HEAD", h.front.URL+"/apis", http.Header{"Accept": {aggregatedAccept}}, nil)
+		if head.StatusCode != http.StatusOK || head.ContentLength != int64(len(body)) || len(headBody) != 0 {
+			t.Errorf("HEAD http2=%v: status %d, Content-Length %d, %d body bytes; want 200, %d, none", http2, head.StatusCode, head.ContentLength, len(headBody), len(body))
+		}
 	}
-	if m := scrape(t, h); !strings.Contains(m, `skewgate_gateway_requests_total{verdict="respond",code="200"} 1`) ||
+	// The one request the servers saw is the plugin's check that they would
+	// answer this (anonymous) client; its answer is remembered.
+	if n := h.totalHits(); n != 1 {
+		t.Errorf("backends saw %d requests, want the one authorization check", n)
+	}
+	if m := scrape(t, h); !strings.Contains(m, `skewgate_gateway_requests_total{verdict="respond",code="200"} 3`) ||
 		!strings.Contains(m, `skewgate_gateway_requests_total{verdict="respond",code="304"} 1`) {
 		t.Errorf("local answers not counted:\n%s", m)
+	}
+}
+
+// authorizingBackend answers /apis as an API server that lets in bearer
+// tokens and identities asserted with the front-proxy certificate, and
+// forbids everyone else.
+func authorizingBackend(cluster string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e := echoOf(cluster, r)
+		if r.URL.Path != "/apis" || r.Header.Get("Authorization") != "" || (e.ClientCert == frontProxyClientName && r.Header.Get("X-Remote-User") != "") {
+			echoHandler(cluster).ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"forbidden: User \"system:anonymous\" cannot get path \"/apis\"","reason":"Forbidden","details":{},"code":403}`)
+	})
+}
+
+func TestMergedDiscoveryIsServedOnlyToClientsTheServersWouldAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name, mode string
+		clientCert bool
+		header     http.Header
+		wantStatus int
+	}{
+		{"an anonymous client gets the servers' 403", "passthrough", false, nil, http.StatusForbidden},
+		{"a bearer token is let in", "passthrough", false, http.Header{"Authorization": {"Bearer t"}}, http.StatusOK},
+		{"an asserted identity is checked with the front-proxy certificate", "front-proxy", true, nil, http.StatusOK},
+		{"an anonymous client in front-proxy mode gets the servers' 403", "front-proxy", false, nil, http.StatusForbidden},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessConfig{identityMode: tc.mode, handler: authorizingBackend})
+			var cert *tls.Certificate
+			if tc.clientCert {
+				c := mustClient(t, h.clientCA, pkix.Name{CommonName: "jane"})
+				cert = &c
+			}
+			header := http.Header{"Accept": {aggregatedAccept}}
+			maps.Copy(header, tc.header)
+			resp, body := do(t, h.client(cert, true), "GET", h.front.URL+"/apis", header, nil)
+			if resp.StatusCode != tc.wantStatus {
+				t.Fatalf("status %d, want %d: %.300s", resp.StatusCode, tc.wantStatus, body)
+			}
+			if tc.wantStatus == http.StatusForbidden && !bytes.Contains(body, []byte(`"reason":"Forbidden"`)) {
+				t.Errorf("the client did not get the servers' answer: %s", body)
+			}
+		})
 	}
 }
 
