@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -129,5 +130,68 @@ func TestRequestTimeoutAnswersASlowRequest504(t *testing.T) {
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca}}}
 	if code, _, body := get(t, client, "https://"+s.GatewayAddr().String()+"/slow"); code != http.StatusGatewayTimeout {
 		t.Errorf("a request its server does not answer: %d %s, want 504 after --request-timeout", code, body)
+	}
+}
+
+// logBuffer collects a logger's output across goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestFrontProxyModeWarnsWhenTheProxyCertificateAloneIsAUser(t *testing.T) {
+	const warning = "the front-proxy client certificate authenticates as a user on its own"
+	for _, mode := range []string{IdentityFrontProxy, IdentityPassthrough} {
+		t.Run(mode, func(t *testing.T) {
+			f := newFixture(t)
+			f.cfg.IdentityMode = mode
+			f.cfg.ClientCAFile = f.cfg.PeerCAFile
+			logs := &logBuffer{}
+			f.cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+			s, err := New(f.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Listen(); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			served := make(chan error, 1)
+			go func() { served <- s.Serve(ctx) }()
+			defer func() {
+				cancel()
+				if err := <-served; err != nil {
+					t.Errorf("Serve: %v", err)
+				}
+			}()
+			eventually(t, "ready", s.Ready)
+			// Several polls after the first snapshot.
+			probes := f.servers[0].requestsFrom("front-proxy-client")
+			eventually(t, "more polls", func() bool { return f.servers[0].requestsFrom("front-proxy-client") > probes+8 })
+			warned := strings.Contains(logs.String(), warning)
+			if warned != (mode == IdentityFrontProxy) {
+				t.Errorf("warned = %v in %s mode:\n%s", warned, mode, logs)
+			}
+			_, _, metrics := get(t, &http.Client{Timeout: 10 * time.Second}, "http://"+s.MetricsAddr().String()+"/metrics")
+			want := "skewgate_controller_front_proxy_certificate_authenticates 0"
+			if mode == IdentityFrontProxy {
+				want = "skewgate_controller_front_proxy_certificate_authenticates 1"
+			}
+			if !strings.Contains(metrics, want) {
+				t.Errorf("metrics lack %q", want)
+			}
+		})
 	}
 }

@@ -85,6 +85,17 @@ func (s *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch r.URL.Path {
+	case "/apis/authentication.k8s.io/v1/selfsubjectreviews":
+		// One CA signs everything, so the x509 authenticator takes any
+		// client certificate, the front-proxy one included, as its CN.
+		if r.Header.Get("X-Remote-User") != "" || r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+			http.Error(w, "unexpected review", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"kind":"SelfSubjectReview","apiVersion":"authentication.k8s.io/v1","status":{"userInfo":{"username":%q,"groups":["system:authenticated"]}}}`,
+			r.TLS.PeerCertificates[0].Subject.CommonName)
 	case "/readyz":
 		if !s.ready.Load() {
 			http.Error(w, "not ready", http.StatusInternalServerError)
