@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/host/internal/controller"
@@ -87,7 +88,7 @@ func runEnvoyConfig(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%s: %w", snapshotFile, err)
 		}
 		generation = snap.Generation
-		if pluginConfig, err = serve.PluginConfig(identityMode, envoyconfig.DefaultRoutingHeader, 5, 0, raw); err != nil {
+		if pluginConfig, err = serve.PluginConfig(identityMode, envoyconfig.DefaultRoutingHeader, 5, int(serve.DefaultDiscoveryAuthorizationCache/time.Second), raw); err != nil {
 			return err
 		}
 	}

@@ -198,13 +198,15 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		ProxyClientCertFile: pki.files.proxyClientCert,
 		ProxyClientKeyFile:  pki.files.proxyClientKey,
 		APIServers:          urls,
-		IdentityMode:        serve.IdentityPassthrough,
-		MetricsBindAddress:  opts.MetricsAddress,
-		WasmPath:            opts.WasmPath,
-		PollInterval:        time.Second,
-		CompilationCacheDir: opts.CompilationCacheDir,
-		ShutdownTimeout:     5 * time.Second,
-		Logger:              opts.Logger,
+		// Demo clients poll discovery; each answer is asked once per period.
+		DiscoveryAuthorizationCache: serve.DefaultDiscoveryAuthorizationCache,
+		IdentityMode:                serve.IdentityPassthrough,
+		MetricsBindAddress:          opts.MetricsAddress,
+		WasmPath:                    opts.WasmPath,
+		PollInterval:                time.Second,
+		CompilationCacheDir:         opts.CompilationCacheDir,
+		ShutdownTimeout:             5 * time.Second,
+		Logger:                      opts.Logger,
 	})
 	if err != nil {
 		return nil, err

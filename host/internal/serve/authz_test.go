@@ -73,3 +73,29 @@ func TestMergedDiscoveryIsAnsweredOnlyToClientsTheAPIServersAnswer(t *testing.T)
 		t.Errorf("the API servers were asked %d times in all, want again once --discovery-authorization-cache passed", n)
 	}
 }
+
+func TestDiscoveryAuthorizationCacheOfZeroAsksOnEveryRequest(t *testing.T) {
+	for _, tc := range []struct {
+		cache time.Duration
+		want  string
+	}{
+		{0, `"discoveryAuthorizationCacheSeconds":0`},
+		{DefaultDiscoveryAuthorizationCache, `"discoveryAuthorizationCacheSeconds":10`},
+	} {
+		t.Run(tc.cache.String(), func(t *testing.T) {
+			f := newFixture(t)
+			f.cfg.DiscoveryAuthorizationCache = tc.cache
+			s, err := New(f.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			config, err := s.pluginConfig([]byte(`{}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(config), tc.want) {
+				t.Errorf("plugin configuration %s; want it to contain %s", config, tc.want)
+			}
+		})
+	}
+}

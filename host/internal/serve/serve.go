@@ -102,8 +102,8 @@ type Config struct {
 	RetryAfterSeconds int
 	// DiscoveryAuthorizationCache is how long the plugin reuses an API
 	// server's answer to whether a credential may read merged discovery, in
-	// whole seconds up to MaxDiscoveryAuthorizationCache; default
-	// DefaultDiscoveryAuthorizationCache.
+	// whole seconds up to MaxDiscoveryAuthorizationCache. Zero asks on every
+	// request; the flag's default is DefaultDiscoveryAuthorizationCache.
 	DiscoveryAuthorizationCache time.Duration
 	PollInterval                time.Duration
 	// ReadinessInterval is how often the API servers' /readyz is probed
@@ -312,10 +312,7 @@ func (c Config) complete() (Config, error) {
 			errs = append(errs, fmt.Errorf("%s %v: must not be negative", d.flag, d.value))
 		}
 	}
-	switch d := c.DiscoveryAuthorizationCache; {
-	case d == 0:
-		c.DiscoveryAuthorizationCache = DefaultDiscoveryAuthorizationCache
-	case d > MaxDiscoveryAuthorizationCache || d%time.Second != 0:
+	if d := c.DiscoveryAuthorizationCache; d > MaxDiscoveryAuthorizationCache || d%time.Second != 0 {
 		errs = append(errs, fmt.Errorf("--discovery-authorization-cache %v: must be whole seconds, at most %v", d, MaxDiscoveryAuthorizationCache))
 	}
 	if c.PluginCallTimeout == 0 {
@@ -592,8 +589,8 @@ func (s *Server) pluginConfig(rawSnapshot []byte) ([]byte, error) {
 }
 
 // PluginConfig is the plugin's JSON configuration (plugin/config.go) with the
-// snapshot embedded byte for byte; an authorizationCacheSeconds of 0 leaves
-// the plugin's default. A client's x-kubernetes-peer-proxied header is never
+// snapshot embedded byte for byte; an authorizationCacheSeconds of 0 asks
+// the API servers on every merged discovery request. A client's x-kubernetes-peer-proxied header is never
 // trusted: the gateway faces clients directly.
 func PluginConfig(identityMode, routingHeader string, retryAfterSeconds, authorizationCacheSeconds int, rawSnapshot []byte) ([]byte, error) {
 	return json.Marshal(struct {
@@ -601,7 +598,7 @@ func PluginConfig(identityMode, routingHeader string, retryAfterSeconds, authori
 		RetryAfterSeconds                  int             `json:"retryAfterSeconds"`
 		TrustPeerProxiedHeader             bool            `json:"trustPeerProxiedHeader"`
 		IdentityMode                       string          `json:"identityMode"`
-		DiscoveryAuthorizationCacheSeconds int             `json:"discoveryAuthorizationCacheSeconds,omitempty"`
+		DiscoveryAuthorizationCacheSeconds int             `json:"discoveryAuthorizationCacheSeconds"`
 		Snapshot                           json.RawMessage `json:"snapshot"`
 	}{routingHeader, retryAfterSeconds, false, identityMode, authorizationCacheSeconds, rawSnapshot})
 }
