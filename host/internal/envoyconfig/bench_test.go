@@ -10,7 +10,7 @@ import (
 func largePluginConfig(b *testing.B, servers, groups int) []byte {
 	b.Helper()
 	var sb []byte
-	sb = fmt.Appendf(sb, `{"routingHeader":%q,"retryAfterSeconds":5,"trustPeerProxiedHeader":false,"identityMode":"front-proxy","snapshot":{"generation":7,"servers":[`, DefaultRoutingHeader)
+	sb = fmt.Appendf(sb, `{"routingHeader":%q,"retryAfterSeconds":5,"trustPeerProxiedHeader":false,"identityMode":"front-proxy","discoveryAuthorizationCacheSeconds":10,"snapshot":{"generation":7,"servers":[`, DefaultRoutingHeader)
 	for s := range servers {
 		if s > 0 {
 			sb = append(sb, ',')

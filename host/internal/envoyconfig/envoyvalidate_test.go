@@ -165,7 +165,10 @@ type pluginConfigDoc struct {
 	RetryAfterSeconds      int    `json:"retryAfterSeconds"`
 	TrustPeerProxiedHeader bool   `json:"trustPeerProxiedHeader"`
 	IdentityMode           string `json:"identityMode"`
-	Snapshot               struct {
+	// DiscoveryAuthorizationCacheSeconds is how long the plugin reuses an
+	// API server's answer to whether a credential may read discovery.
+	DiscoveryAuthorizationCacheSeconds int `json:"discoveryAuthorizationCacheSeconds"`
+	Snapshot                           struct {
 		Generation uint64 `json:"generation"`
 		Servers    []struct {
 			ID      string             `json:"id"`
@@ -179,7 +182,7 @@ type pluginConfigDoc struct {
 }
 
 var (
-	pluginConfigKeys = []string{"routingHeader", "retryAfterSeconds", "trustPeerProxiedHeader", "identityMode", "snapshot"}
+	pluginConfigKeys = []string{"routingHeader", "retryAfterSeconds", "trustPeerProxiedHeader", "identityMode", "discoveryAuthorizationCacheSeconds", "snapshot"}
 	serverKeys       = []string{"id", "cluster", "version", "healthy", "apis", "api"}
 )
 

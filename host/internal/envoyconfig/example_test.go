@@ -159,7 +159,9 @@ func examplePluginConfig(mode IdentityMode) []byte {
 		RetryAfterSeconds      int    `json:"retryAfterSeconds"`
 		TrustPeerProxiedHeader bool   `json:"trustPeerProxiedHeader"`
 		IdentityMode           string `json:"identityMode"`
-		Snapshot               struct {
+		// Seconds an API server's discovery authorization answer is reused.
+		DiscoveryAuthorizationCacheSeconds int `json:"discoveryAuthorizationCacheSeconds"`
+		Snapshot                           struct {
 			Generation uint64   `json:"generation"`
 			Servers    []server `json:"servers"`
 		} `json:"snapshot"`
@@ -167,6 +169,7 @@ func examplePluginConfig(mode IdentityMode) []byte {
 	config.RoutingHeader = DefaultRoutingHeader
 	config.RetryAfterSeconds = 5
 	config.IdentityMode = string(mode)
+	config.DiscoveryAuthorizationCacheSeconds = 10
 	config.Snapshot.Generation = 1
 	for _, s := range exampleServers {
 		config.Snapshot.Servers = append(config.Snapshot.Servers, server{

@@ -243,7 +243,7 @@ func (s *Spec) checkPluginConfig(raw []byte) error {
 	}
 	for _, key := range slices.Sorted(maps.Keys(top)) {
 		switch key {
-		case "routingHeader", "retryAfterSeconds", "trustPeerProxiedHeader", "identityMode", "snapshot":
+		case "routingHeader", "retryAfterSeconds", "trustPeerProxiedHeader", "identityMode", "discoveryAuthorizationCacheSeconds", "snapshot":
 		default:
 			return fmt.Errorf("envoyconfig: plugin configuration: unknown field %q", key)
 		}
