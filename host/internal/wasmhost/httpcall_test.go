@@ -420,12 +420,12 @@ func TestTrapInHTTPCallResponseCallbackAppliesTheFailurePolicy(t *testing.T) {
 // a call slower than CallTimeout must not look like a runaway callback.
 func TestCallTimeoutDoesNotCountTimeSpentWaitingForACall(t *testing.T) {
 	caller := &fakeCaller{clusters: []string{"auth"}, answer: func(context.Context, HTTPCall) (*HTTPCallResponse, error) {
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(time.Second)
 		return &HTTPCallResponse{Headers: [][2]string{{":status", "200"}}}, nil
 	}}
 	opts := callOptions(t, caller)
 	opts.CompilationCacheDir = ""
-	opts.CallTimeout = 50 * time.Millisecond
+	opts.CallTimeout = 250 * time.Millisecond
 	h := newHost(t, guestWasm(t), opts)
 	out := h.HandleRequestHeaders(context.Background(), callRequest("respond"))
 	if out.Failed != nil || out.Verdict != Respond || out.Response.Status != 200 {
