@@ -137,7 +137,8 @@ func proxyGetBufferStatus(inst *instance, stack []uint64) {
 	stack[0] = uint64(statusFor(ok))
 }
 
-// proxy_set_buffer_bytes(type, start, length, data, size): configuration buffers are read-only.
+// proxy_set_buffer_bytes(type, start, length, data, size): the buffers this host has (configuration, an HTTP call
+// response body) are read-only.
 func proxySetBufferBytes(inst *instance, stack []uint64) {
 	if _, ok := inst.read(u32(stack[3]), u32(stack[4])); !ok {
 		stack[0] = uint64(statusInvalidMemoryAccess)

@@ -33,7 +33,7 @@ type HTTPCall struct {
 	Timeout time.Duration
 }
 
-// HTTPCallResponse is the upstream's answer to an HTTPCall. The host copies it before the guest sees it.
+// HTTPCallResponse is the upstream's answer to an HTTPCall. The host does not modify it.
 type HTTPCallResponse struct {
 	Headers  [][2]string
 	Body     []byte
@@ -76,6 +76,7 @@ func (c *streamCalls) remove(token uint32) bool {
 // callResponse is the response readable while proxy_on_http_call_response runs: map types 6 and 7 and buffer
 // type 4, from the receiving root context or any context of that root (the Go SDK switches to the calling HTTP
 // context). A failed call has no response object, so those reads fail as outside the callback, as in Envoy.
+// The guest may edit the maps, so they are copies; the body is read-only and only referenced.
 type callResponse struct {
 	root     *rootContext
 	present  bool
@@ -281,7 +282,7 @@ func (inst *instance) deliverCall(root *rootContext, token uint32, resp *HTTPCal
 	c.root, c.present = root, resp != nil
 	if resp != nil {
 		c.headers = append(c.headers[:0], resp.Headers...)
-		c.body = append(c.body[:0], resp.Body...)
+		c.body = resp.Body
 		c.trailers = append(c.trailers[:0], resp.Trailers...)
 		lowerKeys(c.headers)
 		lowerKeys(c.trailers)
@@ -291,7 +292,7 @@ func (inst *instance) deliverCall(root *rootContext, token uint32, resp *HTTPCal
 	_, err := inst.invoke(fn, guestContext{id: root.id, root: root})
 	clear(c.headers)
 	clear(c.trailers)
-	*c = callResponse{headers: c.headers[:0], body: c.body[:0], trailers: c.trailers[:0]}
+	*c = callResponse{headers: c.headers[:0], trailers: c.trailers[:0]}
 	inst.flushPendingDeletes()
 	return err
 }
