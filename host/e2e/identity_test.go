@@ -145,26 +145,31 @@ func TestFrontProxyIdentityIsWhatTheAPIServerSeesDirectly(t *testing.T) {
 	if got := whoAmI(t, directClient(cluster, credentials{certs: []tls.Certificate{cluster.FrontProxyClientCertificate()}}), cluster.Server(skewedUpgraded).URL, nil); got.Username != testcluster.FrontProxyClientName {
 		t.Fatalf("directly the front-proxy client certificate authenticates as %+v, want %s: the cluster does not share one CA", got, testcluster.FrontProxyClientName)
 	}
-	person := newClientCertificate(t, cluster, pkix.Name{CommonName: "skewgate-e2e-person", Organization: []string{"skewgate-e2e-team-a", "skewgate-e2e-team-b"}})
+	const personName = "skewgate-e2e-person"
+	person := newClientCertificate(t, cluster, pkix.Name{CommonName: personName, Organization: []string{"skewgate-e2e-team-a", "skewgate-e2e-team-b"}})
 	admin := []tls.Certificate{pki.Admin}
 	servers := len(cluster.Servers())
 
 	t.Run("same answer as directly", func(t *testing.T) {
+		const anonymous, unauthorized = "system:anonymous", "Unauthorized"
 		for _, tc := range []struct {
 			name string
 			cred credentials
+			// who is the user the direct answer names (or, for a refusal, its message): what
+			// the cluster is expected to make of the credentials.
+			who string
 		}{
-			{"bearer token", credentials{header: bearer(pki.UserToken)}},
-			{"admin bearer token", credentials{header: bearer(pki.AdminToken)}},
-			{"no credentials", credentials{}},
-			{"invalid bearer token", credentials{header: bearer("skewgate-e2e-not-a-token")}},
-			{"client certificate", credentials{certs: []tls.Certificate{person}}},
-			{"admin client certificate", credentials{certs: admin}},
-			{"client certificate and a bearer token", credentials{certs: []tls.Certificate{person}, header: bearer(pki.UserToken)}},
-			{"client certificate and an invalid bearer token", credentials{certs: []tls.Certificate{person}, header: bearer("skewgate-e2e-not-a-token")}},
-			{"Connection: X-Remote-User", credentials{certs: admin, header: http.Header{"Connection": {"X-Remote-User"}}, http1: true}},
-			{"Connection: X-Remote-Group", credentials{certs: admin, header: http.Header{"Connection": {"X-Remote-Group"}}, http1: true}},
-			{"Connection naming every identity header", credentials{certs: []tls.Certificate{person}, header: http.Header{"Connection": {"X-Remote-User, X-Remote-Group, X-Remote-Extra-Scope"}}, http1: true}},
+			{"bearer token", credentials{header: bearer(pki.UserToken)}, testcluster.UnprivilegedUser},
+			{"admin bearer token", credentials{header: bearer(pki.AdminToken)}, testcluster.AdminUser},
+			{"no credentials", credentials{}, anonymous},
+			{"invalid bearer token", credentials{header: bearer("skewgate-e2e-not-a-token")}, unauthorized},
+			{"client certificate", credentials{certs: []tls.Certificate{person}}, personName},
+			{"admin client certificate", credentials{certs: admin}, testcluster.AdminUser},
+			{"client certificate and a bearer token", credentials{certs: []tls.Certificate{person}, header: bearer(pki.UserToken)}, personName},
+			{"client certificate and an invalid bearer token", credentials{certs: []tls.Certificate{person}, header: bearer("skewgate-e2e-not-a-token")}, personName},
+			{"Connection: X-Remote-User", credentials{certs: admin, header: http.Header{"Connection": {"X-Remote-User"}}, http1: true}, testcluster.AdminUser},
+			{"Connection: X-Remote-Group", credentials{certs: admin, header: http.Header{"Connection": {"X-Remote-Group"}}, http1: true}, testcluster.AdminUser},
+			{"Connection naming every identity header", credentials{certs: []tls.Certificate{person}, header: http.Header{"Connection": {"X-Remote-User, X-Remote-Group, X-Remote-Extra-Scope"}}, http1: true}, personName},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				direct := directClient(cluster, tc.cred)
@@ -172,6 +177,9 @@ func TestFrontProxyIdentityIsWhatTheAPIServerSeesDirectly(t *testing.T) {
 				through := gw.gatewayClient(tc.cred)
 				defer through.CloseIdleConnections()
 				want := review(t, direct, cluster.Server(skewedUpgraded).URL, tc.cred.header)
+				if want.User.Username != tc.who && !strings.Contains(want.Status.Message, tc.who) {
+					t.Fatalf("directly the server answers %s, which does not name %s: the cluster is not set up as expected", want, tc.who)
+				}
 				// Every server may answer through the gateway; each must see the same identity.
 				for range servers {
 					got := review(t, through, gw.URL, tc.cred.header)
