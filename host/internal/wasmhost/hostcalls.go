@@ -456,6 +456,8 @@ func (inst *instance) getProperty(path []byte, ptrPtr, sizePtr uint32) status {
 	switch string(path) {
 	case "connection\x00subject_peer_certificate":
 		return inst.returnString(p.TLS.SubjectPeerCertificate, ptrPtr, sizePtr)
+	case "connection\x00sha256_peer_certificate_digest":
+		return optional(p.TLS.SHA256PeerCertificateDigest)
 	case "connection\x00tls_version":
 		return inst.returnString(p.TLS.Version, ptrPtr, sizePtr)
 	case "connection\x00requested_server_name":

@@ -268,14 +268,20 @@ func TestBuffersExposeConfigurationOnlyWhenEnvoyDoes(t *testing.T) {
 	expectStatus(t, "status of a missing buffer", p.env("proxy_get_buffer_status", 7, outSize, outValue), statusNotFound)
 }
 
+// testDigest is a connection.sha256_peer_certificate_digest as Envoy spells it: 64 lower-case hex digits.
+const testDigest = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+
 func TestPropertiesAreEncodedAsEnvoyEncodesThem(t *testing.T) {
 	p := newProbe(t, envoyabi.Envoy133, nil)
 	props := Properties{
 		SourceAddress:   "10.0.0.7:51234",
 		SourcePort:      51234,
 		RequestProtocol: "HTTP/2",
-		TLS:             &TLSProperties{PeerCertificatePresented: true, SubjectPeerCertificate: "CN=admin,O=system:masters", Version: "TLSv1.3"},
-		Extra:           []Property{StringProperty("outbound|443||kube", "xds", "cluster_name"), BoolProperty(true, "custom", "flag")},
+		TLS: &TLSProperties{
+			PeerCertificatePresented: true, SubjectPeerCertificate: "CN=admin,O=system:masters", Version: "TLSv1.3",
+			SHA256PeerCertificateDigest: testDigest,
+		},
+		Extra: []Property{StringProperty("outbound|443||kube", "xds", "cluster_name"), BoolProperty(true, "custom", "flag")},
 	}
 	p.beginStream([][2]string{{":path", "/api"}, {":method", "GET"}, {"x-request-id", "rid"}}, props)
 	le := func(v int64) string { return string(binary.LittleEndian.AppendUint64(nil, uint64(v))) }
@@ -297,6 +303,7 @@ func TestPropertiesAreEncodedAsEnvoyEncodesThem(t *testing.T) {
 		{"request\x00host", "", statusNotFound},
 		{"connection\x00mtls", "\x01", statusOK},
 		{"connection\x00subject_peer_certificate", "CN=admin,O=system:masters", statusOK},
+		{"connection\x00sha256_peer_certificate_digest", testDigest, statusOK},
 		{"connection\x00tls_version", "TLSv1.3", statusOK},
 		{"xds\x00cluster_name", "outbound|443||kube", statusOK},
 		{"custom\x00flag", "\x01", statusOK},
@@ -323,6 +330,13 @@ func TestPropertiesAreEncodedAsEnvoyEncodesThem(t *testing.T) {
 		}
 		path, pl = p.put(0, "connection\x00subject_peer_certificate")
 		expectStatus(t, "subject", p.env("proxy_get_property", path, pl, outPtr, outSize), statusNotFound)
+	})
+
+	// Envoy leaves the digest out rather than answering an empty string.
+	t.Run("TLS without a client certificate has no digest", func(t *testing.T) {
+		p.beginStream(nil, Properties{TLS: &TLSProperties{Version: "TLSv1.3"}})
+		path, pl := p.put(0, "connection\x00sha256_peer_certificate_digest")
+		expectStatus(t, "digest", p.env("proxy_get_property", path, pl, outPtr, outSize), statusNotFound)
 	})
 
 	t.Run("set_property is readable back on the same context", func(t *testing.T) {

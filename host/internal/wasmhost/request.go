@@ -46,6 +46,9 @@ type TLSProperties struct {
 	// SubjectPeerCertificate is connection.subject_peer_certificate, the RFC 2253 subject of the client
 	// certificate, empty when none was presented.
 	SubjectPeerCertificate string
+	// SHA256PeerCertificateDigest is connection.sha256_peer_certificate_digest, the lower-case hex SHA-256 of
+	// the client certificate's DER, absent (NOT_FOUND) when empty as in Envoy.
+	SHA256PeerCertificateDigest string
 	// Version is connection.tls_version, for example "TLSv1.3".
 	Version string
 	// RequestedServerName is connection.requested_server_name (SNI).
