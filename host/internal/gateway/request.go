@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"net"
 	"net/http"
@@ -195,16 +197,20 @@ func properties(r *http.Request) wasmhost.Properties {
 }
 
 // tlsProperties describe the downstream TLS session. Only a certificate the
-// gateway verified counts: its leaf becomes subject_peer_certificate.
+// gateway verified counts: its leaf becomes subject_peer_certificate and
+// sha256_peer_certificate_digest (lower-case hex, as Envoy spells it).
 func tlsProperties(cs *tls.ConnectionState) *wasmhost.TLSProperties {
 	t := &wasmhost.TLSProperties{
 		Version:             tlsVersionName(cs.Version),
 		RequestedServerName: cs.ServerName,
 	}
 	if len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 {
-		if subject, err := subjectRFC2253(cs.VerifiedChains[0][0].RawSubject); err == nil {
+		leaf := cs.VerifiedChains[0][0]
+		if subject, err := subjectRFC2253(leaf.RawSubject); err == nil {
+			digest := sha256.Sum256(leaf.Raw)
 			t.PeerCertificatePresented = true
 			t.SubjectPeerCertificate = subject
+			t.SHA256PeerCertificateDigest = hex.EncodeToString(digest[:])
 		}
 	}
 	return t

@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -56,14 +58,20 @@ func TestPluginSeesTheRequestAsEnvoyPresentsIt(t *testing.T) {
 	if p.RequestProtocol != "HTTP/1.1" {
 		t.Errorf("protocol %q", p.RequestProtocol)
 	}
-	wantTLS := wasmhost.TLSProperties{PeerCertificatePresented: true, SubjectPeerCertificate: "CN=jane,O=dev", Version: "TLSv1.3", RequestedServerName: "gateway.example"}
+	// The digest is kube-apiserver's credential id of the certificate, so it
+	// is that of the leaf's DER, spelled as Envoy spells it.
+	leafDigest := sha256.Sum256(client.Leaf.Raw)
+	wantTLS := wasmhost.TLSProperties{
+		PeerCertificatePresented: true, SubjectPeerCertificate: "CN=jane,O=dev", Version: "TLSv1.3", RequestedServerName: "gateway.example",
+		SHA256PeerCertificateDigest: hex.EncodeToString(leafDigest[:]),
+	}
 	if p.TLS == nil || *p.TLS != wantTLS {
 		t.Errorf("TLS %+v, want %+v", p.TLS, wantTLS)
 	}
 
 	// A presented but unverified certificate is no identity.
 	r.TLS = &tls.ConnectionState{Version: tls.VersionTLS12, PeerCertificates: []*x509.Certificate{client.Leaf}}
-	if req, _ := pluginRequest(r); req.Properties.TLS.PeerCertificatePresented || req.Properties.TLS.SubjectPeerCertificate != "" {
+	if req, _ := pluginRequest(r); req.Properties.TLS.PeerCertificatePresented || req.Properties.TLS.SubjectPeerCertificate != "" || req.Properties.TLS.SHA256PeerCertificateDigest != "" {
 		t.Errorf("unverified certificate reached the plugin: %+v", req.Properties.TLS)
 	}
 }
