@@ -8,34 +8,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/skewgate/skewgate/host/internal/devpki"
 )
 
-// logBuffer collects a logger's output across goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func newWatcher(t *testing.T) (*Watcher, *logBuffer) {
+// newWatcher is a watcher whose log the test reads; the tests call check
+// themselves, so it logs on the test's goroutine.
+func newWatcher(t *testing.T) (*Watcher, *bytes.Buffer) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &bytes.Buffer{}
 	return NewWatcher(slog.New(slog.NewTextHandler(logs, nil)), time.Hour), logs
 }
 
@@ -69,6 +52,13 @@ func write(t *testing.T, path string, content []byte) {
 	if err := os.WriteFile(path, content, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// writePair writes p as certFile and keyFile, the certificate first.
+func writePair(t *testing.T, certFile, keyFile string, p pair) {
+	t.Helper()
+	write(t, certFile, p.cert)
+	write(t, keyFile, p.key)
 }
 
 // secretVolume lays files out as a Kubernetes Secret volume does: each name
@@ -123,18 +113,15 @@ func TestKeyPairFollowsItsFilesHoweverTheyAreReplaced(t *testing.T) {
 		{"written in place", func(t *testing.T) (string, string, func()) {
 			dir := t.TempDir()
 			c, k := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-			write(t, c, first.cert)
-			write(t, k, first.key)
-			return c, k, func() { write(t, c, second.cert); write(t, k, second.key) }
+			writePair(t, c, k, first)
+			return c, k, func() { writePair(t, c, k, second) }
 		}},
 		{"renamed over", func(t *testing.T) (string, string, func()) {
 			dir := t.TempDir()
 			c, k := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-			write(t, c, first.cert)
-			write(t, k, first.key)
+			writePair(t, c, k, first)
 			return c, k, func() {
-				write(t, c+".new", second.cert)
-				write(t, k+".new", second.key)
+				writePair(t, c+".new", k+".new", second)
 				if err := os.Rename(c+".new", c); err != nil {
 					t.Fatal(err)
 				}
@@ -193,8 +180,7 @@ func TestBadNewContentIsRejectedNamingTheFlagAndTheMaterialInUseStays(t *testing
 			w, logs := newWatcher(t)
 			dir := t.TempDir()
 			certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-			write(t, certFile, good.cert)
-			write(t, keyFile, good.key)
+			writePair(t, certFile, keyFile, good)
 			const flags = "--proxy-client-cert-file/--proxy-client-key-file"
 			kp, err := w.KeyPair(flags, certFile, keyFile)
 			if err != nil {
@@ -226,8 +212,7 @@ func TestBadNewContentIsRejectedNamingTheFlagAndTheMaterialInUseStays(t *testing
 			}
 
 			// A good replacement is taken after all.
-			write(t, certFile, other.cert)
-			write(t, keyFile, other.key)
+			writePair(t, certFile, keyFile, other)
 			w.check()
 			if cn := kp.Certificate().Leaf.Subject.CommonName; cn != "other" || changes != 1 {
 				t.Errorf("after a good replacement: %s after %d changes", cn, changes)
@@ -242,8 +227,7 @@ func TestPairReplacedOneFileAtATimeIsNotReported(t *testing.T) {
 	w, logs := newWatcher(t)
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	write(t, certFile, first.cert)
-	write(t, keyFile, first.key)
+	writePair(t, certFile, keyFile, first)
 	kp, err := w.KeyPair("--tls-cert-file/--tls-private-key-file", certFile, keyFile)
 	if err != nil {
 		t.Fatal(err)

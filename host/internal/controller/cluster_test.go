@@ -113,10 +113,7 @@ func waitRounds(t *testing.T, srv *fakeAPIServer, n int) {
 }
 
 func TestLeaseDiscoveryTrustsOnlyLabelledKubeSystemLeasesWithAnIPAddress(t *testing.T) {
-	pki := newTestPKI(t)
-	plane := discoverytest.SkewedControlPlane()
-	a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
-	decoy := newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups)
+	pki, a, decoy := newSkewedPair(t)
 	_, decoyPort := hostPort(t, decoy.address)
 	client := fake.NewClientset(
 		identityLease("kube-system", "apiserver-aaaa", a.address, identityLabels),
@@ -161,10 +158,8 @@ func TestLeaseDiscoveryTrustsOnlyLabelledKubeSystemLeasesWithAnIPAddress(t *test
 }
 
 func TestEndpointSlicesSupplyServersWithoutAnAddressAnnotation(t *testing.T) {
-	pki := newTestPKI(t)
+	pki, a, b := newSkewedPair(t)
 	plane := discoverytest.SkewedControlPlane()
-	a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
-	b := newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups)
 	decoy := newFakeAPIServer(t, pki, plane[2].Version, plane[2].Groups)
 	hostA, portA := hostPort(t, a.address)
 	hostB, portB := hostPort(t, b.address)
@@ -196,10 +191,7 @@ func TestEndpointSlicesSupplyServersWithoutAnAddressAnnotation(t *testing.T) {
 }
 
 func TestMembershipFollowsLeasesAndAbsentServersLeaveAfterTheGracePeriod(t *testing.T) {
-	pki := newTestPKI(t)
-	plane := discoverytest.SkewedControlPlane()
-	a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
-	b := newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups)
+	pki, a, b := newSkewedPair(t)
 	client := fake.NewClientset(identityLease("kube-system", "apiserver-aaaa", a.address, identityLabels))
 	rec := &recorder{}
 	opts := clusterOptions(pki, rec, client)

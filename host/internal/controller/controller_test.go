@@ -15,10 +15,8 @@ import (
 )
 
 func TestFirstSnapshotCarriesEveryServerVerbatimAndMakesReady(t *testing.T) {
-	pki := newTestPKI(t)
+	pki, a, b := newSkewedPair(t)
 	plane := discoverytest.SkewedControlPlane()
-	a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
-	b := newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups)
 	rec := &recorder{}
 	c := startController(t, testOptions(pki, rec, a, b))
 
@@ -124,10 +122,8 @@ func TestUnchangedServersPublishNoNewSnapshot(t *testing.T) {
 }
 
 func TestEveryChangePublishesTheNextGeneration(t *testing.T) {
-	pki := newTestPKI(t)
+	pki, a, b := newSkewedPair(t)
 	plane := discoverytest.SkewedControlPlane()
-	a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
-	b := newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups)
 	rec := &recorder{}
 	c := startController(t, testOptions(pki, rec, a, b))
 	waitUntil(t, "Ready", c.Ready)
@@ -182,10 +178,7 @@ func servesVersion(s *discovery.Server, group, version string) bool {
 }
 
 func TestFailingReadyzMarksServerUnhealthyInTheNextSnapshot(t *testing.T) {
-	pki := newTestPKI(t)
-	plane := discoverytest.SkewedControlPlane()
-	a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
-	b := newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups)
+	pki, a, b := newSkewedPair(t)
 	failedBeforeOffer := map[uint64]int{}
 	rec := &recorder{onOffer: func(snap *discovery.Snapshot) { failedBeforeOffer[snap.Generation] = b.failedReadyzCount() }}
 	c := startController(t, testOptions(pki, rec, a, b))
@@ -221,10 +214,7 @@ func TestFailingReadyzMarksServerUnhealthyInTheNextSnapshot(t *testing.T) {
 }
 
 func TestUnreachableServerStaysUnhealthyForTheGracePeriodThenLeaves(t *testing.T) {
-	pki := newTestPKI(t)
-	plane := discoverytest.SkewedControlPlane()
-	a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
-	b := newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups)
+	pki, a, b := newSkewedPair(t)
 	rec := &recorder{}
 	opts := testOptions(pki, rec, a, b)
 	opts.GracePeriod = 400 * time.Millisecond
@@ -302,10 +292,7 @@ func TestBadAnswersKeepTheLastGoodDocumentAndAreCounted(t *testing.T) {
 }
 
 func TestServerNeverFetchedIsNotInTheSnapshot(t *testing.T) {
-	pki := newTestPKI(t)
-	plane := discoverytest.SkewedControlPlane()
-	a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
-	b := newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups)
+	pki, a, b := newSkewedPair(t)
 	healthy := b.document(pathAPIs)
 	b.setDocument(pathAPIs, fakeDocument{status: http.StatusOK, contentType: aggregatedContentType, body: []byte(`{"items":[`)})
 	rec := &recorder{}

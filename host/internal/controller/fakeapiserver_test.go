@@ -138,6 +138,17 @@ func newFakeAPIServer(t *testing.T, pki *testPKI, version string, groups map[str
 	return f
 }
 
+// newSkewedPair is a PKI and fake API servers for the first two members of
+// the skewed control plane, both with certificates from that PKI.
+func newSkewedPair(t *testing.T) (pki *testPKI, a, b *fakeAPIServer) {
+	t.Helper()
+	pki = newTestPKI(t)
+	plane := discoverytest.SkewedControlPlane()
+	a = newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
+	b = newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups)
+	return pki, a, b
+}
+
 func (f *fakeAPIServer) url() string { return "https://" + f.address }
 
 func (f *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -21,10 +21,7 @@ func TestServerTurnsUnhealthyAtTheFirstNotReadyAnswerButOnlyAfterConsecutiveUnan
 		{"refuses connections", func(s *fakeAPIServer) { s.srv.Close() }, reasonUnreachable, DefaultFailureThreshold},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pki := newTestPKI(t)
-			plane := discoverytest.SkewedControlPlane()
-			a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
-			b := newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups)
+			pki, a, b := newSkewedPair(t)
 			idB := ClusterName(b.address)
 			var c *Controller
 			// The controller's metrics as they were when b was first offered
@@ -62,10 +59,7 @@ func TestServerTurnsUnhealthyAtTheFirstNotReadyAnswerButOnlyAfterConsecutiveUnan
 }
 
 func TestAnsweredProbeResetsTheConsecutiveFailures(t *testing.T) {
-	pki := newTestPKI(t)
-	plane := discoverytest.SkewedControlPlane()
-	a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
-	b := newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups)
+	pki, a, b := newSkewedPair(t)
 	rec := &recorder{}
 	opts := testOptions(pki, rec, a, b)
 	opts.RequestTimeout = 100 * time.Millisecond
@@ -87,10 +81,8 @@ func TestAnsweredProbeResetsTheConsecutiveFailures(t *testing.T) {
 }
 
 func TestReadinessIsProbedBetweenDiscoveryPolls(t *testing.T) {
-	pki := newTestPKI(t)
+	pki, a, b := newSkewedPair(t)
 	plane := discoverytest.SkewedControlPlane()
-	a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
-	b := newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups)
 	rec := &recorder{}
 	opts := testOptions(pki, rec, a, b)
 	opts.PollInterval = time.Hour

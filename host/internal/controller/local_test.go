@@ -6,14 +6,10 @@ import (
 	"testing"
 
 	"github.com/skewgate/skewgate/discovery"
-	"github.com/skewgate/skewgate/discovery/discoverytest"
 )
 
 func TestLocalServerIsTheSnapshotsPreferredServerOnceItHasDocuments(t *testing.T) {
-	pki := newTestPKI(t)
-	plane := discoverytest.SkewedControlPlane()
-	local := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
-	peer := newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups)
+	pki, local, peer := newSkewedPair(t)
 	healthy := local.document(pathAPIs)
 	local.setDocument(pathAPIs, fakeDocument{status: http.StatusInternalServerError, body: []byte("not yet")})
 	rec := &recorder{}

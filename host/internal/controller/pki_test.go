@@ -37,9 +37,11 @@ func servingCert(t *testing.T, ca *devpki.CA, dnsName string) tls.Certificate {
 type testPKI struct {
 	serving, frontProxy *devpki.CA
 	servingCert         tls.Certificate
-	peerCAFile          string
-	clientCertFile      string
-	clientKeyFile       string
+	// dir holds the files.
+	dir            string
+	peerCAFile     string
+	clientCertFile string
+	clientKeyFile  string
 	// files watches the three files once watch is called.
 	files      *certfile.Watcher
 	peerCA     *certfile.CABundle
@@ -54,13 +56,11 @@ func newTestPKI(t *testing.T) *testPKI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	if p.peerCAFile, err = p.serving.WriteFile(dir, "peer-ca"); err != nil {
+	p.dir = t.TempDir()
+	if p.peerCAFile, err = p.serving.WriteFile(p.dir, "peer-ca"); err != nil {
 		t.Fatal(err)
 	}
-	if p.clientCertFile, p.clientKeyFile, err = client.WriteFiles(dir, "front-proxy-client"); err != nil {
-		t.Fatal(err)
-	}
+	p.writeClientCert(t, client)
 	p.files = certfile.NewWatcher(discardLogger(), 10*time.Millisecond)
 	if p.peerCA, err = p.files.CABundle("--peer-ca-file", p.peerCAFile); err != nil {
 		t.Fatal(err)
@@ -69,6 +69,16 @@ func newTestPKI(t *testing.T) *testPKI {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// writeClientCert writes leaf as the front-proxy client certificate and key
+// files, replacing what they held.
+func (p *testPKI) writeClientCert(t *testing.T, leaf *devpki.Leaf) {
+	t.Helper()
+	var err error
+	if p.clientCertFile, p.clientKeyFile, err = leaf.WriteFiles(p.dir, "front-proxy-client"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // watch follows changes of the PKI's files until the test ends.

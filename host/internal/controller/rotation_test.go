@@ -2,16 +2,12 @@ package controller
 
 import (
 	"crypto/x509/pkix"
-	"github.com/skewgate/skewgate/discovery/discoverytest"
 	"os"
 	"testing"
 )
 
 func TestRotatedPeerCAAndFrontProxyCertificateAreUsedByNewConnections(t *testing.T) {
-	pki := newTestPKI(t)
-	plane := discoverytest.SkewedControlPlane()
-	a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
-	b := newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups)
+	pki, a, b := newSkewedPair(t)
 	idB := ClusterName(b.address)
 	rec := &recorder{}
 	opts := testOptions(pki, rec, a, b)
@@ -48,16 +44,7 @@ func TestRotatedPeerCAAndFrontProxyCertificateAreUsedByNewConnections(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyPEM, err := leaf.KeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(pki.clientCertFile, leaf.CertPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(pki.clientKeyFile, keyPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pki.writeClientCert(t, leaf)
 	<-clientCertChanged
 	waitUntil(t, "requests with the new front-proxy certificate", func() bool {
 		return a.requestsFrom("front-proxy-client-2") > 0 && b.requestsFrom("front-proxy-client-2") > 0

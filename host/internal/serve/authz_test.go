@@ -1,8 +1,6 @@
 package serve
 
 import (
-	"context"
-	"crypto/tls"
 	"io"
 	"net/http"
 	"strings"
@@ -14,25 +12,8 @@ func TestMergedDiscoveryIsAnsweredOnlyToClientsTheAPIServersAnswer(t *testing.T)
 	f := newFixture(t)
 	const ttl = 2 * time.Second
 	f.cfg.DiscoveryAuthorizationCache = ttl
-	s, err := New(f.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	eventually(t, "ready", s.Ready)
-	ca, _ := readPool(f.cfg.PeerCAFile)
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca}}}
+	s := f.startServer(t)
+	client := f.gatewayClient()
 	discover := func(token string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodGet, "https://"+s.GatewayAddr().String()+"/apis", nil)

@@ -2,7 +2,6 @@ package serve
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"log/slog"
 	"net/http"
@@ -58,30 +57,13 @@ func TestOperatorListenerBoundsSlowAndIdleConnections(t *testing.T) {
 
 func TestGatewayAnswers431ToHeadersBeyondSixtyKiB(t *testing.T) {
 	f := newFixture(t)
-	s, err := New(f.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	eventually(t, "ready", s.Ready)
-	ca, _ := readPool(f.cfg.PeerCAFile)
+	s := f.startServer(t)
 	// HTTP/1.1: an HTTP/2 client refuses to send more than the server's
 	// advertised limit itself.
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: ca, NextProtos: []string{"http/1.1"}},
-		TLSNextProto:    map[string]func(string, *tls.Conn) http.RoundTripper{},
-	}}
+	transport := f.gatewayTransport()
+	transport.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	transport.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: transport}
 	for _, tc := range []struct {
 		name string
 		size int
@@ -108,26 +90,9 @@ func TestGatewayAnswers431ToHeadersBeyondSixtyKiB(t *testing.T) {
 func TestRequestTimeoutAnswersASlowRequest504(t *testing.T) {
 	f := newFixture(t)
 	f.cfg.RequestTimeout = 300 * time.Millisecond
-	s, err := New(f.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx) }()
-	defer func() {
-		cancel()
-		f.release()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	eventually(t, "ready", s.Ready)
-	ca, _ := readPool(f.cfg.PeerCAFile)
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca}}}
+	s := f.startServer(t)
+	client := f.gatewayClient()
+	client.Timeout = 30 * time.Second
 	if code, _, body := get(t, client, "https://"+s.GatewayAddr().String()+"/slow"); code != http.StatusGatewayTimeout {
 		t.Errorf("a request its server does not answer: %d %s, want 504 after --request-timeout", code, body)
 	}
@@ -160,23 +125,7 @@ func TestFrontProxyModeWarnsWhenTheProxyCertificateAloneIsAUser(t *testing.T) {
 			f.cfg.ClientCAFile = f.cfg.PeerCAFile
 			logs := &logBuffer{}
 			f.cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
-			s, err := New(f.cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Listen(); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			served := make(chan error, 1)
-			go func() { served <- s.Serve(ctx) }()
-			defer func() {
-				cancel()
-				if err := <-served; err != nil {
-					t.Errorf("Serve: %v", err)
-				}
-			}()
-			eventually(t, "ready", s.Ready)
+			s := f.startServer(t)
 			// Several polls after the first snapshot.
 			probes := f.servers[0].requestsFrom("front-proxy-client")
 			eventually(t, "more polls", func() bool { return f.servers[0].requestsFrom("front-proxy-client") > probes+8 })

@@ -1,12 +1,9 @@
 package serve
 
 import (
-	"context"
-	"crypto/tls"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 )
 
 // In node-local mode the node's own server (here kube-a, v1.35) answers
@@ -16,30 +13,12 @@ func TestNodeLocalModeSendsEverythingTheLocalServerServesToIt(t *testing.T) {
 	f := newFixture(t)
 	f.cfg.LocalAPIServer = f.cfg.APIServers[0]
 	f.cfg.BindAddress = ""
-	s, err := New(f.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
+	s := f.startServer(t)
 	if host := s.GatewayAddr().String(); !strings.HasPrefix(host, DefaultNodeLocalBindAddress+":") {
 		t.Errorf("node-local gateway listens on %s; want loopback by default", host)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	ca, _ := readPool(f.cfg.PeerCAFile)
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca}}}
+	client := f.gatewayClient()
 	gateway := "https://" + s.GatewayAddr().String()
-	eventually(t, "ready", s.Ready)
 
 	servedBy := func(path string) string {
 		code, header, body := get(t, client, gateway+path)

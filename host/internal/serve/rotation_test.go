@@ -1,32 +1,17 @@
 package serve
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509/pkix"
-	"github.com/skewgate/skewgate/host/internal/devpki"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-)
 
-// writeLeaf replaces a certificate and key file pair with leaf.
-func writeLeaf(t *testing.T, leaf *devpki.Leaf, certFile, keyFile string) {
-	t.Helper()
-	key, err := leaf.KeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(certFile, leaf.CertPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
+	"github.com/skewgate/skewgate/host/internal/devpki"
+)
 
 func TestCertificateFilesAreFollowedWithoutCuttingOpenConnections(t *testing.T) {
 	f := newFixture(t)
@@ -35,41 +20,26 @@ func TestCertificateFilesAreFollowedWithoutCuttingOpenConnections(t *testing.T) 
 	if err := os.WriteFile(f.cfg.ClientCAFile, f.ca.CertPEM(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(f.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx) }()
-	defer func() {
-		cancel()
-		f.release()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	eventually(t, "ready", s.Ready)
+	s := f.startServer(t)
 
 	ops := "http://" + s.MetricsAddr().String()
 	plain := &http.Client{Timeout: 10 * time.Second}
 	gateway := "https://" + s.GatewayAddr().String()
-	servingCA, _ := readPool(f.cfg.PeerCAFile)
-	// request makes one request on a new connection, presenting clientCert
+	// client makes each request on a new connection, presenting clientCert
 	// when given.
-	request := func(path string, clientCert *devpki.Leaf) (*http.Response, error) {
-		cfg := &tls.Config{RootCAs: servingCA}
+	client := func(clientCert *devpki.Leaf) *http.Client {
+		transport := f.gatewayTransport()
+		transport.DisableKeepAlives = true
 		if clientCert != nil {
 			// Presented whatever CAs the gateway names as acceptable.
 			cert := clientCert.TLSCertificate()
-			cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
+			transport.TLSClientConfig.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
 		}
 		// The slow request lasts the whole test.
-		client := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
-		resp, err := client.Get(gateway + path)
+		return &http.Client{Timeout: 2 * time.Minute, Transport: transport}
+	}
+	request := func(path string, clientCert *devpki.Leaf) (*http.Response, error) {
+		resp, err := client(clientCert).Get(gateway + path)
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -77,31 +47,15 @@ func TestCertificateFilesAreFollowedWithoutCuttingOpenConnections(t *testing.T) 
 	}
 	reloads := func(files string, n int) {
 		t.Helper()
-		want := `skewgate_certificate_reloads_total{files="` + files + `"} ` + string(rune('0'+n))
-		eventually(t, want, func() bool { _, _, m := get(t, plain, ops+"/metrics"); return strings.Contains(m, want) })
+		eventuallyMetric(t, s, `skewgate_certificate_reloads_total{files="`+files+`"} `+string(rune('0'+n)))
 	}
 	const configmaps = "/api/v1/namespaces/x/configmaps"
 
 	// A watch-like request stays open through every rotation.
-	slow := make(chan int, 1)
-	go func() {
-		resp, err := request("/slow", nil)
-		if err != nil {
-			slow <- 0
-			return
-		}
-		slow <- resp.StatusCode
-	}()
-	eventually(t, "the slow request to arrive", func() bool {
-		n := int32(0)
-		for _, srv := range f.servers {
-			n += srv.slowEntered.Load()
-		}
-		return n == 1
-	})
+	slow := f.slowRequest(t, client(nil), gateway)
 
 	t.Run("serving certificate", func(t *testing.T) {
-		writeLeaf(t, mustLeaf(t)(f.ca.Serving("skewgate-rotated", "127.0.0.1")), f.cfg.TLSCertFile, f.cfg.TLSPrivateKeyFile)
+		f.writeLeaf(t, mustLeaf(t)(f.ca.Serving("skewgate-rotated", "127.0.0.1")), "gateway")
 		reloads("--tls-cert-file/--tls-private-key-file", 1)
 		resp, err := request(configmaps, nil)
 		if err != nil {
@@ -179,7 +133,7 @@ func TestCertificateFilesAreFollowedWithoutCuttingOpenConnections(t *testing.T) 
 	})
 
 	t.Run("front-proxy client certificate", func(t *testing.T) {
-		writeLeaf(t, mustLeaf(t)(f.ca.Client(pkix.Name{CommonName: "front-proxy-client-2"})), f.cfg.ProxyClientCertFile, f.cfg.ProxyClientKeyFile)
+		f.writeLeaf(t, mustLeaf(t)(f.ca.Client(pkix.Name{CommonName: "front-proxy-client-2"})), "proxy")
 		reloads("--proxy-client-cert-file/--proxy-client-key-file", 1)
 		eventually(t, "the controller presenting the new certificate", func() bool {
 			for _, srv := range f.servers {
@@ -195,8 +149,7 @@ func TestCertificateFilesAreFollowedWithoutCuttingOpenConnections(t *testing.T) 
 		if err := os.WriteFile(f.cfg.TLSCertFile, []byte("not a certificate"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		const failed = `skewgate_certificate_reload_failures_total{files="--tls-cert-file/--tls-private-key-file"} 1`
-		eventually(t, failed, func() bool { _, _, m := get(t, plain, ops+"/metrics"); return strings.Contains(m, failed) })
+		eventuallyMetric(t, s, `skewgate_certificate_reload_failures_total{files="--tls-cert-file/--tls-private-key-file"} 1`)
 		resp, err := request(configmaps, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -216,27 +169,10 @@ func TestFrontProxyCertificateFileIsFollowedForAssertedIdentities(t *testing.T) 
 	f := newFixture(t)
 	f.cfg.IdentityMode = IdentityFrontProxy
 	f.cfg.ClientCAFile = f.cfg.PeerCAFile
-	s, err := New(f.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	eventually(t, "ready", s.Ready)
-	ca, _ := readPool(f.cfg.PeerCAFile)
-	alice := mustLeaf(t)(f.ca.Client(pkix.Name{CommonName: "alice"})).TLSCertificate()
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca, Certificates: []tls.Certificate{alice}}}}
-	plain := &http.Client{Timeout: 10 * time.Second}
+	s := f.startServer(t)
+	transport := f.gatewayTransport()
+	transport.TLSClientConfig.Certificates = []tls.Certificate{mustLeaf(t)(f.ca.Client(pkix.Name{CommonName: "alice"})).TLSCertificate()}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: transport}
 	asserted := func(proxyCN string) int {
 		n := 0
 		for _, srv := range f.servers {
@@ -248,12 +184,8 @@ func TestFrontProxyCertificateFileIsFollowedForAssertedIdentities(t *testing.T) 
 	if code, _, body := get(t, client, "https://"+s.GatewayAddr().String()+"/api/v1/namespaces/x/configmaps"); code != http.StatusOK || asserted("front-proxy-client") != 1 {
 		t.Fatalf("alice's request: %d %s, asserted with the front-proxy certificate %d times", code, body, asserted("front-proxy-client"))
 	}
-	writeLeaf(t, mustLeaf(t)(f.ca.Client(pkix.Name{CommonName: "front-proxy-client-2"})), f.cfg.ProxyClientCertFile, f.cfg.ProxyClientKeyFile)
-	const reloaded = `skewgate_certificate_reloads_total{files="--proxy-client-cert-file/--proxy-client-key-file"} 1`
-	eventually(t, reloaded, func() bool {
-		_, _, m := get(t, plain, "http://"+s.MetricsAddr().String()+"/metrics")
-		return strings.Contains(m, reloaded)
-	})
+	f.writeLeaf(t, mustLeaf(t)(f.ca.Client(pkix.Name{CommonName: "front-proxy-client-2"})), "proxy")
+	eventuallyMetric(t, s, `skewgate_certificate_reloads_total{files="--proxy-client-cert-file/--proxy-client-key-file"} 1`)
 	// New connections present the new certificate.
 	for _, srv := range f.servers {
 		srv.srv.CloseClientConnections()

@@ -3,7 +3,6 @@ package serve
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
 	"fmt"
@@ -119,7 +118,9 @@ func (s *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 type fixture struct {
 	// ca signs every certificate.
-	ca      *devpki.CA
+	ca *devpki.CA
+	// dir holds the configuration's files.
+	dir     string
 	servers []*apiServer
 	cfg     Config
 	release func()
@@ -140,17 +141,11 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	apiCert := mustLeaf(t)(ca.Serving("kube-apiserver", "kubernetes.default.svc", "127.0.0.1"))
-	gatewayCert, gatewayKey, err := mustLeaf(t)(ca.Serving("skewgate", "127.0.0.1")).WriteFiles(dir, "gateway")
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxyCert, proxyKey, err := mustLeaf(t)(ca.Client(pkix.Name{CommonName: "front-proxy-client"})).WriteFiles(dir, "proxy")
-	if err != nil {
-		t.Fatal(err)
-	}
 	release := make(chan struct{})
 	var once sync.Once
-	f := &fixture{ca: ca, release: func() { once.Do(func() { close(release) }) }}
+	f := &fixture{ca: ca, dir: dir, release: func() { once.Do(func() { close(release) }) }}
+	gatewayCert, gatewayKey := f.writeLeaf(t, mustLeaf(t)(ca.Serving("skewgate", "127.0.0.1")), "gateway")
+	proxyCert, proxyKey := f.writeLeaf(t, mustLeaf(t)(ca.Client(pkix.Name{CommonName: "front-proxy-client"})), "proxy")
 	t.Cleanup(f.release)
 	var urls []string
 	for _, spec := range discoverytest.SkewedControlPlane() {
@@ -192,6 +187,88 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
+// writeLeaf writes leaf as the certificate and key files named name,
+// replacing what they held: "gateway" are --tls-cert-file and
+// --tls-private-key-file, "proxy" --proxy-client-cert-file and
+// --proxy-client-key-file.
+func (f *fixture) writeLeaf(t *testing.T, leaf *devpki.Leaf, name string) (certFile, keyFile string) {
+	t.Helper()
+	certFile, keyFile, err := leaf.WriteFiles(f.dir, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// serve runs a Server for f.cfg until cancel is called; served then
+// receives Serve's result.
+func (f *fixture) serve(t *testing.T) (s *Server, cancel context.CancelFunc, served <-chan error) {
+	t.Helper()
+	s, err := New(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	result := make(chan error, 1)
+	go func() { result <- s.Serve(ctx) }()
+	return s, cancel, result
+}
+
+// startServer serves f.cfg until the test ends and returns once the server
+// is ready; the test fails if Serve then returns an error.
+func (f *fixture) startServer(t *testing.T) *Server {
+	t.Helper()
+	s, cancel, served := f.serve(t)
+	t.Cleanup(func() {
+		cancel()
+		// Requests the API servers hold would keep the gateway draining.
+		f.release()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	eventually(t, "ready", s.Ready)
+	return s
+}
+
+// gatewayTransport trusts the CA of the gateway's serving certificate.
+func (f *fixture) gatewayTransport() *http.Transport {
+	return &http.Transport{TLSClientConfig: &tls.Config{RootCAs: f.ca.Pool()}}
+}
+
+// gatewayClient is a client of the gateway.
+func (f *fixture) gatewayClient() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: f.gatewayTransport()}
+}
+
+// slowRequest sends GET /slow, which the API servers hold until f.release,
+// to gateway with client and returns once it has arrived; the channel then
+// receives its status, 0 for no response.
+func (f *fixture) slowRequest(t *testing.T, client *http.Client, gateway string) <-chan int {
+	t.Helper()
+	slow := make(chan int, 1)
+	go func() {
+		resp, err := client.Get(gateway + "/slow")
+		if err != nil {
+			slow <- 0
+			return
+		}
+		resp.Body.Close()
+		slow <- resp.StatusCode
+	}()
+	eventually(t, "the slow request to arrive", func() bool {
+		n := int32(0)
+		for _, srv := range f.servers {
+			n += srv.slowEntered.Load()
+		}
+		return n == 1
+	})
+	return slow
+}
+
 func mustLeaf(t *testing.T) func(*devpki.Leaf, error) *devpki.Leaf {
 	return func(l *devpki.Leaf, err error) *devpki.Leaf {
 		t.Helper()
@@ -223,6 +300,16 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// eventuallyMetric waits until the operator listener's /metrics holds want.
+func eventuallyMetric(t *testing.T, s *Server, want string) {
+	t.Helper()
+	plain := &http.Client{Timeout: 10 * time.Second}
+	eventually(t, "/metrics with "+want, func() bool {
+		_, _, metrics := get(t, plain, "http://"+s.MetricsAddr().String()+"/metrics")
+		return strings.Contains(metrics, want)
+	})
+}
+
 func get(t *testing.T, client *http.Client, url string) (int, http.Header, string) {
 	t.Helper()
 	resp, err := client.Get(url)
@@ -236,22 +323,12 @@ func get(t *testing.T, client *http.Client, url string) (int, http.Header, strin
 
 func TestServeFollowsSnapshotsAndDrainsOnShutdown(t *testing.T) {
 	f := newFixture(t)
-	s, err := New(f.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
+	s, cancel, served := f.serve(t)
 	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx) }()
 
 	ops := "http://" + s.MetricsAddr().String()
 	plain := &http.Client{Timeout: 10 * time.Second}
-	ca, _ := readPool(f.cfg.PeerCAFile)
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca}}}
+	client := f.gatewayClient()
 	gateway := "https://" + s.GatewayAddr().String()
 
 	if code, _, _ := get(t, plain, ops+"/healthz"); code != http.StatusOK {
@@ -279,10 +356,7 @@ func TestServeFollowsSnapshotsAndDrainsOnShutdown(t *testing.T) {
 	// The gateway counts a request once its handler returns, which can be just
 	// after the client has the response.
 	for _, want := range []string{"skewgate_gateway_requests_total{", "skewgate_wasm_configurations_applied_total", "skewgate_controller_snapshot_generation", "skewgate_ready 1", "skewgate_ecds_writes_total 1"} {
-		eventually(t, "/metrics with "+want, func() bool {
-			_, _, metrics := get(t, plain, ops+"/metrics")
-			return strings.Contains(metrics, want)
-		})
+		eventuallyMetric(t, s, want)
 	}
 	if _, _, page := get(t, plain, ops+"/"); !strings.Contains(page, `class="skewed"`) {
 		t.Error("status page shows no skewed API")
@@ -312,23 +386,7 @@ func TestServeFollowsSnapshotsAndDrainsOnShutdown(t *testing.T) {
 	}
 
 	// Shutdown waits for the request in flight.
-	slow := make(chan int, 1)
-	go func() {
-		resp, err := client.Get(gateway + "/slow")
-		if err != nil {
-			slow <- 0
-			return
-		}
-		resp.Body.Close()
-		slow <- resp.StatusCode
-	}()
-	eventually(t, "the slow request to arrive", func() bool {
-		n := int32(0)
-		for _, srv := range f.servers {
-			n += srv.slowEntered.Load()
-		}
-		return n == 1
-	})
+	slow := f.slowRequest(t, client, gateway)
 	cancel()
 	eventually(t, "the gateway to stop accepting connections", func() bool {
 		conn, err := net.Dial("tcp", s.GatewayAddr().String())
@@ -386,16 +444,4 @@ func TestConfigMistakesNameTheFlag(t *testing.T) {
 			}
 		})
 	}
-}
-
-func readPool(path string) (*x509.CertPool, error) {
-	pemBytes, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pemBytes) {
-		return nil, fmt.Errorf("%s: no PEM certificate found", path)
-	}
-	return pool, nil
 }

@@ -1,8 +1,6 @@
 package serve
 
 import (
-	"context"
-	"crypto/tls"
 	"net"
 	"net/http"
 	"strings"
@@ -24,47 +22,22 @@ func TestShutdownFailsReadyzKeepsServingForTheDelayThenReleasesBothPortsWhileDra
 	f := newFixture(t)
 	const delay = 3 * time.Second
 	f.cfg.ShutdownDelay = delay
-	s, err := New(f.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
+	s, cancel, served := f.serve(t)
 	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx) }()
 
 	ops := "http://" + s.MetricsAddr().String()
 	plain := &http.Client{Timeout: 10 * time.Second}
-	ca, _ := readPool(f.cfg.PeerCAFile)
 	// Each client call gets a new connection, as a client the load balancer
 	// still sends here would.
 	newClient := func() *http.Client {
-		return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca}, DisableKeepAlives: true}}
+		transport := f.gatewayTransport()
+		transport.DisableKeepAlives = true
+		return &http.Client{Timeout: 10 * time.Second, Transport: transport}
 	}
 	gateway := "https://" + s.GatewayAddr().String()
 	eventually(t, "ready", s.Ready)
 
-	slow := make(chan int, 1)
-	go func() {
-		resp, err := newClient().Get(gateway + "/slow")
-		if err != nil {
-			slow <- 0
-			return
-		}
-		resp.Body.Close()
-		slow <- resp.StatusCode
-	}()
-	eventually(t, "the slow request to arrive", func() bool {
-		n := int32(0)
-		for _, srv := range f.servers {
-			n += srv.slowEntered.Load()
-		}
-		return n == 1
-	})
-
+	slow := f.slowRequest(t, newClient(), gateway)
 	cancel()
 	stopped := time.Now()
 	code, _, body := get(t, plain, ops+"/readyz")
