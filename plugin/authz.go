@@ -141,10 +141,7 @@ func (h *httpContext) credentials(id *certIdentity) [][2]string {
 		}
 	}
 	if id != nil {
-		out = append(out, [2]string{headerRemoteUser, id.User})
-		for _, g := range id.Groups {
-			out = append(out, [2]string{headerRemoteGroup, g})
-		}
+		out = appendIdentity(out, id)
 	}
 	return out
 }

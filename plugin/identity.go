@@ -5,14 +5,43 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // certIdentity is what kube-apiserver's x509 authenticator derives from a client
-// certificate: the user is the subject's common name, the groups are its
-// organizations.
+// certificate: the user is the subject's common name, the UID its Kubernetes
+// UID attribute, the groups its organizations, and the credential id names the
+// certificate by its SHA-256 digest.
 type certIdentity struct {
-	User   string
-	Groups []string
+	User         string
+	UID          string
+	Groups       []string
+	CredentialID string
+}
+
+// oidKubernetesUID is the subject attribute kube-apiserver takes the user's UID
+// from (AllowParsingUserUIDFromCertAuth, on by default since 1.33). OpenSSL has
+// no name for it, so Envoy prints it as its dotted OID with the value as '#'
+// and the hex of its DER.
+const oidKubernetesUID = "1.3.6.1.4.1.57683.2"
+
+var errUndecodableUID = errors.New("client certificate UID attribute is not a string kube-apiserver can read")
+
+// identityFromCertificate is the identity of a verified client certificate
+// given its subject (connection.subject_peer_certificate) and digest
+// (connection.sha256_peer_certificate_digest).
+func identityFromCertificate(subject, digest string) (certIdentity, error) {
+	id, err := identityFromSubject(subject)
+	if err != nil {
+		return certIdentity{}, err
+	}
+	// Envoy spells the digest as kube-apiserver spells the credential id: 64
+	// lower-case hex digits.
+	if len(digest) != 64 || strings.Trim(digest, "0123456789abcdef") != "" {
+		return certIdentity{}, errors.New("client certificate has no SHA-256 digest (connection.sha256_peer_certificate_digest)")
+	}
+	id.CredentialID = "X509SHA256=" + digest
+	return id, nil
 }
 
 // identityFromSubject parses the RFC 2253 subject string Envoy exposes as the
@@ -21,7 +50,7 @@ type certIdentity struct {
 // escapes and \XX hex escapes for bytes outside printable ASCII).
 func identityFromSubject(subject string) (certIdentity, error) {
 	var id certIdentity
-	var haveCN bool
+	var haveCN, haveUID bool
 	for len(subject) > 0 {
 		attr, value, rest, err := nextAttribute(subject)
 		if err != nil {
@@ -38,6 +67,18 @@ func identityFromSubject(subject string) (certIdentity, error) {
 			}
 		case "O":
 			id.Groups = append(id.Groups, value)
+		case oidKubernetesUID:
+			// kube-apiserver refuses a certificate with several or an empty one.
+			if haveUID {
+				return certIdentity{}, errors.New("client certificate has several UID attributes")
+			}
+			if id.UID, err = derString(value); err != nil {
+				return certIdentity{}, err
+			}
+			if id.UID == "" {
+				return certIdentity{}, errors.New("client certificate UID attribute is empty")
+			}
+			haveUID = true
 		}
 	}
 	if id.User == "" {
@@ -45,13 +86,87 @@ func identityFromSubject(subject string) (certIdentity, error) {
 	}
 	// Restore certificate order, which is the order kube-apiserver reports groups in.
 	slices.Reverse(id.Groups)
-	for _, v := range append([]string{id.User}, id.Groups...) {
+	for _, v := range append([]string{id.User, id.UID}, id.Groups...) {
 		if strings.ContainsFunc(v, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 			return certIdentity{}, errors.New("client certificate subject contains control characters")
 		}
 	}
 	return id, nil
 }
+
+// derString decodes an attribute value OpenSSL dumped as '#' and hex DER the
+// way Go's crypto/x509, which kube-apiserver reads certificates with, decodes
+// subject strings (parseASN1String); a value it cannot decode makes it reject
+// the certificate.
+func derString(dump string) (string, error) {
+	hexDER, ok := strings.CutPrefix(dump, "#")
+	if !ok || len(hexDER) < 4 || len(hexDER)%2 != 0 {
+		return "", errUndecodableUID
+	}
+	der := make([]byte, len(hexDER)/2)
+	for i := range der {
+		v, err := strconv.ParseUint(hexDER[2*i:2*i+2], 16, 8)
+		if err != nil {
+			return "", errUndecodableUID
+		}
+		der[i] = byte(v)
+	}
+	// One tag byte, then a definite length in DER's shortest form.
+	tag, n, b := der[0], int(der[1]), der[2:]
+	switch {
+	case n < 0x80:
+	case n == 0x81 && len(b) > 0 && b[0] >= 0x80:
+		n, b = int(b[0]), b[1:]
+	case n == 0x82 && len(b) > 1 && b[0] != 0:
+		n, b = int(b[0])<<8|int(b[1]), b[2:]
+	default:
+		return "", errUndecodableUID
+	}
+	if n != len(b) {
+		return "", errUndecodableUID
+	}
+	text := string(b)
+	switch tag {
+	case 0x0c: // UTF8String
+		ok = utf8.ValidString(text)
+	case 0x12: // NumericString
+		ok = strings.Trim(text, "0123456789 ") == ""
+	case 0x13: // PrintableString, with the '*' and '&' Go tolerates
+		ok = strings.Trim(text, printableString) == ""
+	case 0x16: // IA5String
+		for i := 0; i < len(text); i++ {
+			ok = ok && text[i] < 0x80
+		}
+	case 0x14, 0x1e:
+		// T61String is read as Latin-1, BMPString as UCS-2 without surrogates
+		// or noncharacters and with its terminator dropped.
+		width := 1
+		if tag == 0x1e {
+			width, ok = 2, len(b)%2 == 0
+			if l := len(b); ok && l >= 2 && b[l-1] == 0 && b[l-2] == 0 {
+				b = b[:l-2]
+			}
+		}
+		var out strings.Builder
+		for i := 0; ok && i < len(b); i += width {
+			r := rune(b[i])
+			if width == 2 {
+				r = r<<8 | rune(b[i+1])
+				ok = r < 0xd800 || r > 0xdfff && (r < 0xfdd0 || r > 0xfdef) && r < 0xfffe
+			}
+			out.WriteRune(r)
+		}
+		text = out.String()
+	default:
+		ok = false
+	}
+	if !ok {
+		return "", errUndecodableUID
+	}
+	return text, nil
+}
+
+const printableString = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 '()+,-./:=?*&"
 
 // nextAttribute splits off one "TYPE=value" and its separator.
 func nextAttribute(s string) (attr, value, rest string, err error) {

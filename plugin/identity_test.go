@@ -1,14 +1,30 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"encoding/hex"
+	"math/big"
 	"slices"
+	"strings"
 	"testing"
+	"unicode/utf8"
+
+	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
 )
+
+// testDigest is a connection.sha256_peer_certificate_digest as Envoy spells it.
+const testDigest = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 
 func TestIdentityFromSubjectMapsLikeTheX509Authenticator(t *testing.T) {
 	cases := []struct {
 		subject string
 		user    string
+		uid     string
 		groups  []string
 		wantErr bool
 	}{
@@ -23,6 +39,18 @@ func TestIdentityFromSubjectMapsLikeTheX509Authenticator(t *testing.T) {
 		{subject: `CN=a\`, wantErr: true},
 		{subject: "garbage", wantErr: true},
 		{subject: `CN=evil\0Aline`, wantErr: true},
+		// The Kubernetes UID attribute, printed as its OID and '#' with the hex of its DER.
+		{subject: "CN=alice,1.3.6.1.4.1.57683.2=#0C0475696431,O=dev", user: "alice", uid: "uid1", groups: []string{"dev"}},
+		{subject: "1.3.6.1.4.1.57683.2=#1303753D31+CN=alice", user: "alice", uid: "u=1"},
+		{subject: "CN=alice,1.3.6.1.4.1.57683.2=#0C0475696431,1.3.6.1.4.1.57683.2=#0C0475696432", wantErr: true},
+		{subject: "CN=alice,1.3.6.1.4.1.57683.2=#0C00", wantErr: true},
+		{subject: "CN=alice,1.3.6.1.4.1.57683.2=#0C036C660A", wantErr: true},
+		{subject: "CN=alice,1.3.6.1.4.1.57683.2=uid1", wantErr: true},
+		{subject: "CN=alice,1.3.6.1.4.1.57683.2=#0C047569", wantErr: true},
+		{subject: "CN=alice,1.3.6.1.4.1.57683.2=#0C0475696G31", wantErr: true},
+		{subject: "CN=alice,1.3.6.1.4.1.57683.2=#020101", wantErr: true},
+		// The same OID in a CN's text is no attribute.
+		{subject: `CN=alice\,1.3.6.1.4.1.57683.2=#0C0475696431`, user: "alice,1.3.6.1.4.1.57683.2=#0C0475696431"},
 	}
 	for _, c := range cases {
 		t.Run(c.subject, func(t *testing.T) {
@@ -30,15 +58,115 @@ func TestIdentityFromSubjectMapsLikeTheX509Authenticator(t *testing.T) {
 			if (err != nil) != c.wantErr {
 				t.Fatalf("error %v; want error %v", err, c.wantErr)
 			}
-			if err == nil && (id.User != c.user || !slices.Equal(id.Groups, c.groups)) {
-				t.Errorf("got %+v; want user %q groups %q", id, c.user, c.groups)
+			if err == nil && (id.User != c.user || id.UID != c.uid || !slices.Equal(id.Groups, c.groups)) {
+				t.Errorf("got %+v; want user %q uid %q groups %q", id, c.user, c.uid, c.groups)
+			}
+		})
+	}
+}
+
+func TestCredentialIDIsTheCertificateDigestAsTheX509AuthenticatorNamesIt(t *testing.T) {
+	for _, c := range []struct {
+		name, digest, want string
+	}{
+		{"Envoy's digest", testDigest, "X509SHA256=" + testDigest},
+		{"absent", "", ""},
+		{"upper case", strings.ToUpper(testDigest), ""},
+		{"short", testDigest[:62], ""},
+		{"not hex", testDigest[:63] + "g", ""},
+		{"with colons", testDigest[:2] + ":" + testDigest[3:], ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id, err := identityFromCertificate("CN=alice", c.digest)
+			if c.want == "" {
+				if err == nil {
+					t.Fatalf("accepted digest %q: %+v", c.digest, id)
+				}
+				return
+			}
+			if err != nil || id.CredentialID != c.want {
+				t.Errorf("credential id %q (%v); want %q", id.CredentialID, err, c.want)
+			}
+		})
+	}
+}
+
+// The UID attribute's value decodes exactly as kube-apiserver's x509
+// authenticator reads it from a certificate Go parses; a value Go cannot parse,
+// or the authenticator refuses, is refused.
+func TestUIDAttributeDecodesAsKubeAPIServerReadsIt(t *testing.T) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uidOID := asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 57683, 2}
+	str := func(tag int, content string) asn1.RawValue {
+		return asn1.RawValue{Class: asn1.ClassUniversal, Tag: tag, Bytes: []byte(content)}
+	}
+	for _, c := range []struct {
+		name  string
+		value asn1.RawValue
+	}{
+		{"UTF8String", str(asn1.TagUTF8String, "3f1c-uid")},
+		{"UTF8String beyond ASCII", str(asn1.TagUTF8String, "jürgen-ü")},
+		{"UTF8String invalid", str(asn1.TagUTF8String, "a\xffb")},
+		{"UTF8String empty", str(asn1.TagUTF8String, "")},
+		{"UTF8String of 200 bytes", str(asn1.TagUTF8String, strings.Repeat("u", 200))},
+		{"UTF8String of 300 bytes", str(asn1.TagUTF8String, strings.Repeat("u", 300))},
+		{"PrintableString", str(asn1.TagPrintableString, "uid 1 (a+b=c?)")},
+		{"PrintableString with Go's tolerated * and &", str(asn1.TagPrintableString, "a*&b")},
+		{"PrintableString with @", str(asn1.TagPrintableString, "a@b")},
+		{"IA5String", str(asn1.TagIA5String, "a@b~")},
+		{"IA5String beyond ASCII", str(asn1.TagIA5String, "a\x80")},
+		{"NumericString", str(asn1.TagNumericString, "12 34")},
+		{"NumericString with a letter", str(asn1.TagNumericString, "12a")},
+		{"T61String as Latin-1", str(asn1.TagT61String, "caf\xe9")},
+		{"BMPString", str(asn1.TagBMPString, "\x00j\x00\xfc")},
+		{"BMPString with terminator", str(asn1.TagBMPString, "\x00a\x00\x00")},
+		{"BMPString surrogate", str(asn1.TagBMPString, "\xd8\x00")},
+		{"BMPString noncharacter", str(asn1.TagBMPString, "\xff\xfe")},
+		{"BMPString odd length", str(asn1.TagBMPString, "\x00a\x00")},
+		{"UniversalString", str(28, "\x00\x00\x00a")},
+		{"VisibleString", str(26, "abc")},
+		{"INTEGER", asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagInteger, Bytes: []byte{1}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			value, err := asn1.Marshal(c.value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl := &x509.Certificate{
+				SerialNumber: big.NewInt(1),
+				Subject: pkix.Name{CommonName: "alice", ExtraNames: []pkix.AttributeTypeAndValue{
+					{Type: uidOID, Value: asn1.RawValue{FullBytes: value}},
+				}},
+			}
+			der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wantUID string
+			wantOK := false
+			if cert, err := x509.ParseCertificate(der); err == nil {
+				resp, ok, err := x509request.CommonNameUserConversion.User([]*x509.Certificate{cert})
+				if err == nil && ok {
+					wantUID, wantOK = resp.User.GetUID(), true
+				}
+			}
+			// Envoy dumps the attribute OpenSSL has no name for as '#' and upper-case hex.
+			id, err := identityFromSubject("1.3.6.1.4.1.57683.2=#" + strings.ToUpper(hex.EncodeToString(value)) + ",CN=alice")
+			if wantOK && (err != nil || id.UID != wantUID) {
+				t.Errorf("UID %q (%v); kube-apiserver reads %q", id.UID, err, wantUID)
+			}
+			if !wantOK && err == nil {
+				t.Errorf("UID %q; kube-apiserver refuses the certificate", id.UID)
 			}
 		})
 	}
 }
 
 func FuzzIdentityFromSubject(f *testing.F) {
-	for _, s := range []string{"CN=alice,O=dev", `CN=a\2C b`, `CN=\`, "O=x+CN=y"} {
+	for _, s := range []string{"CN=alice,O=dev", `CN=a\2C b`, `CN=\`, "O=x+CN=y", "CN=a,1.3.6.1.4.1.57683.2=#1E0400FC0041"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, subject string) {
@@ -48,6 +176,9 @@ func FuzzIdentityFromSubject(f *testing.F) {
 		}
 		if id.User == "" {
 			t.Fatal("accepted a subject without a user")
+		}
+		if !utf8.ValidString(id.UID) || strings.ContainsAny(id.UID, "\r\n\x00") {
+			t.Fatalf("accepted UID %q, which no header can carry", id.UID)
 		}
 	})
 }

@@ -25,13 +25,22 @@ const (
 	headerPeerProxied   = "x-kubernetes-peer-proxied"
 	headerRemoteUser    = "x-remote-user"
 	headerRemoteGroup   = "x-remote-group"
+	headerRemoteUID     = "x-remote-uid"
 	prefixRemoteHeaders = "x-remote-"
 	discoveryJSONType   = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 )
 
-// propertySubjectPeerCertificate is the Envoy attribute holding the verified
-// client certificate's subject.
-var propertySubjectPeerCertificate = []string{"connection", "subject_peer_certificate"}
+// headerCredentialID carries the x509 authenticator's credential-id extra:
+// kube-apiserver lower-cases the key after X-Remote-Extra- and %-unescapes it,
+// so its '/' travels as %2f.
+const headerCredentialID = "x-remote-extra-authentication.kubernetes.io%2fcredential-id"
+
+// The Envoy attributes holding the verified client certificate's subject and
+// the SHA-256 digest of its DER.
+var (
+	propertySubjectPeerCertificate      = []string{"connection", "subject_peer_certificate"}
+	propertySHA256PeerCertificateDigest = []string{"connection", "sha256_peer_certificate_digest"}
+)
 
 func main() {}
 
@@ -264,23 +273,37 @@ func (h *httpContext) forward(server int, id *certIdentity, rerouted bool) types
 // control, in its order (pseudo-headers first, as they came), followed by the
 // headers the plugin sets.
 func (h *httpContext) rewritten(id *certIdentity, cluster string, rerouted bool) [][2]string {
-	out := make([][2]string, 0, len(h.headers)+4)
+	out := make([][2]string, 0, len(h.headers)+6)
 	for _, kv := range h.headers {
 		if !h.stripped(kv[0]) && (!rerouted || kv[0] != headerPeerProxied) {
 			out = append(out, kv)
 		}
 	}
 	if id != nil {
-		out = append(out, [2]string{headerRemoteUser, id.User})
-		for _, g := range id.Groups {
-			out = append(out, [2]string{headerRemoteGroup, g})
-		}
+		out = appendIdentity(out, id)
 	}
 	if cluster != "" {
 		out = append(out, [2]string{h.cfg.RoutingHeader, cluster})
 	}
 	if rerouted {
 		out = append(out, [2]string{headerPeerProxied, "true"})
+	}
+	return out
+}
+
+// appendIdentity adds the headers asserting id, which kube-apiserver's
+// request-header authenticator turns back into what its x509 authenticator
+// would have made of the certificate. Kept out of line: inlined in both
+// callers it costs the module a copy.
+//
+//go:noinline
+func appendIdentity(out [][2]string, id *certIdentity) [][2]string {
+	out = append(out, [2]string{headerRemoteUser, id.User}, [2]string{headerCredentialID, id.CredentialID})
+	if id.UID != "" {
+		out = append(out, [2]string{headerRemoteUID, id.UID})
+	}
+	for _, g := range id.Groups {
+		out = append(out, [2]string{headerRemoteGroup, g})
 	}
 	return out
 }
@@ -294,7 +317,9 @@ func (h *httpContext) clientIdentity() (id *certIdentity, ok bool) {
 	if err != nil || len(subject) == 0 {
 		return nil, true
 	}
-	parsed, err := identityFromSubject(string(subject))
+	// Absent, the digest is empty and the certificate refused.
+	digest, _ := proxywasm.GetProperty(propertySHA256PeerCertificateDigest)
+	parsed, err := identityFromCertificate(string(subject), string(digest))
 	if err != nil {
 		proxywasm.LogWarnf("skewgate: client certificate refused: %v", err)
 		return nil, false

@@ -73,6 +73,9 @@ func (h proxytestHarness) Start(t *testing.T, opts plugintest.StartOptions) (plu
 	if opts.SubjectPeerCertificate != "" {
 		opt = opt.WithProperty(propertySubjectPeerCertificate, []byte(opts.SubjectPeerCertificate))
 	}
+	if opts.SHA256PeerCertificateDigest != "" {
+		opt = opt.WithProperty(propertySHA256PeerCertificateDigest, []byte(opts.SHA256PeerCertificateDigest))
+	}
 	host, reset := proxytest.NewHostEmulator(opt)
 	t.Cleanup(reset)
 	p := &proxytestPlugin{t: t, host: host, calls: opts.HTTPCalls}

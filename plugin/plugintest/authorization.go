@@ -184,7 +184,7 @@ func discoveryAuthorizationWithoutAnswerGives503AndIsAskedAgain(t *testing.T, h 
 
 func frontProxyDiscoveryAuthorizationCarriesTheAssertedIdentity(t *testing.T, h Harness) {
 	config := Config(t, 1, map[string]any{"identityMode": "front-proxy"}, discoverytest.SkewedControlPlane())
-	p := start(t, h, StartOptions{Config: config, SubjectPeerCertificate: testSubject, HTTPCalls: allow})
+	p := start(t, h, StartOptions{Config: config, SubjectPeerCertificate: testSubjectWithUID, SHA256PeerCertificateDigest: testDigest, HTTPCalls: allow})
 	res := p.Request("GET", "/apis", [2]string{"accept", AcceptV2},
 		[2]string{"x-remote-user", "system:admin"}, [2]string{"x-remote-group", "system:masters"}, [2]string{"authorization", "Bearer abc"})
 	if res.Local == nil || res.Local.Status != 200 || len(res.HTTPCalls) != 1 {
@@ -199,6 +199,12 @@ func frontProxyDiscoveryAuthorizationCarriesTheAssertedIdentity(t *testing.T, h 
 	}
 	if got := call.Values("x-remote-group"); !slices.Equal(got, []string{"system:masters", "dev"}) {
 		t.Errorf("call x-remote-group %q; want the certificate's organizations", got)
+	}
+	if got := call.Values("x-remote-uid"); !slices.Equal(got, []string{testUID}) {
+		t.Errorf("call x-remote-uid %q; want the certificate's [%s]", got, testUID)
+	}
+	if got := call.Values(credentialIDHeader); !slices.Equal(got, []string{"X509SHA256=" + testDigest}) {
+		t.Errorf("call %s %q; want the certificate's X509SHA256= digest", credentialIDHeader, got)
 	}
 	if got := call.Header("authorization"); got != "Bearer abc" {
 		t.Errorf("call authorization %q; want what the request carries", got)

@@ -14,6 +14,18 @@ import (
 // certificate, spelled out independently of discovery.FrontProxyClusterSuffix.
 const FrontProxySuffix = "+front-proxy"
 
+// The identity a certificate with the Kubernetes UID attribute asserts. Envoy
+// prints that attribute, which OpenSSL has no name for, as its OID and '#' with
+// the hex of its DER (here a UTF8String).
+const (
+	testUID            = "3f1c6a2e-uid"
+	testSubjectWithUID = `CN=alice\2C jr,1.3.6.1.4.1.57683.2=#0C0C33663163366132652D756964,O=dev,O=system:masters`
+	// credentialIDHeader is the x509 authenticator's credential-id extra as
+	// kube-apiserver's request-header authenticator reads it back: the key
+	// lower-cased and %-escaped.
+	credentialIDHeader = "x-remote-extra-authentication.kubernetes.io%2fcredential-id"
+)
+
 // unauthorizedBody is kube-apiserver's answer to a request no authenticator
 // accepts.
 const unauthorizedBody = `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}`
@@ -24,7 +36,7 @@ const unauthorizedBody = `{"kind":"Status","apiVersion":"v1","metadata":{},"stat
 func assertedRequestsNameTheirServersFrontProxyCluster(t *testing.T, h Harness) {
 	frontProxy := Config(t, 1, map[string]any{"identityMode": "front-proxy"}, discoverytest.SkewedControlPlane())
 	t.Run("asserted", func(t *testing.T) {
-		p := start(t, h, StartOptions{Config: frontProxy, SubjectPeerCertificate: testSubject})
+		p := start(t, h, StartOptions{Config: frontProxy, SubjectPeerCertificate: testSubject, SHA256PeerCertificateDigest: testDigest})
 		seen := map[string]int{}
 		for range 6 {
 			res := p.Request("GET", "/api/v1/namespaces/default/pods")
@@ -53,7 +65,7 @@ func assertedRequestsNameTheirServersFrontProxyCluster(t *testing.T, h Harness) 
 	})
 	t.Run("passthrough with certificate", func(t *testing.T) {
 		config := Config(t, 1, map[string]any{"identityMode": "passthrough"}, discoverytest.SkewedControlPlane())
-		p := start(t, h, StartOptions{Config: config, SubjectPeerCertificate: testSubject})
+		p := start(t, h, StartOptions{Config: config, SubjectPeerCertificate: testSubject, SHA256PeerCertificateDigest: testDigest})
 		checkNoFrontProxyCredential(t, p)
 	})
 }
@@ -74,11 +86,26 @@ func checkNoFrontProxyCredential(t *testing.T, p Plugin) {
 	}
 }
 
+// The certificates kube-apiserver's x509 authenticator refuses (several UIDs,
+// an empty one, one that is no string) and those the gateway cannot assert
+// exactly (no common name, control characters, no digest of the certificate
+// to name it by) are all answered 401.
 func unassertableClientCertificateIsRefusedWith401(t *testing.T, h Harness) {
 	frontProxy := Config(t, 1, map[string]any{"identityMode": "front-proxy"}, discoverytest.SkewedControlPlane())
-	for _, subject := range []string{"O=no-common-name", `CN=evil\0Aline,O=system:masters`, "garbage"} {
-		t.Run(subject, func(t *testing.T) {
-			p := start(t, h, StartOptions{Config: frontProxy, SubjectPeerCertificate: subject, HTTPCalls: allow})
+	const uid = "1.3.6.1.4.1.57683.2="
+	for _, c := range []struct{ name, subject, digest string }{
+		{"no common name", "O=no-common-name", testDigest},
+		{"control character", `CN=evil\0Aline,O=system:masters`, testDigest},
+		{"garbage", "garbage", testDigest},
+		{"two UIDs", "CN=alice," + uid + "#0C0131," + uid + "#0C0132", testDigest},
+		{"empty UID", "CN=alice," + uid + "#0C00", testDigest},
+		{"UID that is no string", "CN=alice," + uid + "#020101", testDigest},
+		{"UID that is no DER", "CN=alice," + uid + "#0C05", testDigest},
+		{"no digest", testSubject, ""},
+		{"upper-case digest", testSubject, strings.ToUpper(testDigest)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := start(t, h, StartOptions{Config: frontProxy, SubjectPeerCertificate: c.subject, SHA256PeerCertificateDigest: c.digest, HTTPCalls: allow})
 			for _, path := range []string{"/api/v1/pods", "/apis"} {
 				res := p.Request("GET", path, [2]string{"accept", AcceptV2}, [2]string{"authorization", "Bearer abc"})
 				if res.Forwarded || res.Local == nil || res.Local.Status != 401 {
@@ -96,6 +123,13 @@ func unassertableClientCertificateIsRefusedWith401(t *testing.T, h Harness) {
 			}
 		})
 	}
+	t.Run("passthrough ignores a UID it could not assert", func(t *testing.T) {
+		config := Config(t, 1, map[string]any{"identityMode": "passthrough"}, discoverytest.SkewedControlPlane())
+		p := start(t, h, StartOptions{Config: config, SubjectPeerCertificate: "CN=alice," + uid + "#020101"})
+		if res := p.Request("GET", "/api/v1/pods"); !res.Forwarded {
+			t.Errorf("passthrough refused a request for its certificate: %+v", res.Local)
+		}
+	})
 	t.Run("passthrough ignores certificates", func(t *testing.T) {
 		config := Config(t, 1, map[string]any{"identityMode": "passthrough"}, discoverytest.SkewedControlPlane())
 		p := start(t, h, StartOptions{Config: config, SubjectPeerCertificate: "O=no-common-name"})
@@ -103,6 +137,41 @@ func unassertableClientCertificateIsRefusedWith401(t *testing.T, h Harness) {
 			t.Errorf("passthrough refused a request for its certificate: %+v", res.Local)
 		}
 	})
+}
+
+// A certificate is asserted as everything kube-apiserver's x509 authenticator
+// makes of it: the UID from its Kubernetes UID attribute and the credential id
+// extra naming it by digest, in the request-header authenticator's spelling;
+// a client's own copies of those headers are gone.
+func frontProxyAssertsTheCertificatesUIDAndCredentialID(t *testing.T, h Harness) {
+	frontProxy := Config(t, 1, map[string]any{"identityMode": "front-proxy"}, discoverytest.SkewedControlPlane())
+	for _, c := range []struct{ name, subject, uid string }{
+		{"UTF8String", testSubjectWithUID, testUID},
+		{"BMPString in a multi-valued RDN", `1.3.6.1.4.1.57683.2=#1E0600FC002D0031+CN=alice\2C jr,O=dev,O=system:masters`, "ü-1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := start(t, h, StartOptions{Config: frontProxy, SubjectPeerCertificate: c.subject, SHA256PeerCertificateDigest: testDigest})
+			res := p.Request("GET", "/api/v1/pods", [2]string{"x-remote-uid", "0"}, [2]string{credentialIDHeader, "X509SHA256=forged"})
+			if !res.Forwarded {
+				t.Fatalf("not forwarded: %+v", res.Local)
+			}
+			want := map[string][]string{
+				"x-remote-user":    {"alice, jr"},
+				"x-remote-uid":     {c.uid},
+				"x-remote-group":   {"system:masters", "dev"},
+				credentialIDHeader: {"X509SHA256=" + testDigest},
+			}
+			got := map[string][]string{}
+			for _, kv := range res.Headers {
+				if strings.HasPrefix(strings.ToLower(kv[0]), "x-remote-") {
+					got[kv[0]] = append(got[kv[0]], kv[1])
+				}
+			}
+			if !maps.EqualFunc(got, want, slices.Equal) {
+				t.Errorf("asserted %q; want %q", got, want)
+			}
+		})
+	}
 }
 
 // Thousands of headers to strip cost one header-map write, not one scan of
@@ -117,7 +186,7 @@ func headerFloodIsStrippedInOneHeaderMapWrite(t *testing.T, h Harness) {
 	for _, mode := range []string{"passthrough", "front-proxy"} {
 		t.Run(mode, func(t *testing.T) {
 			config := Config(t, 1, map[string]any{"identityMode": mode}, discoverytest.SkewedControlPlane())
-			p := start(t, h, StartOptions{Config: config, SubjectPeerCertificate: testSubject})
+			p := start(t, h, StartOptions{Config: config, SubjectPeerCertificate: testSubject, SHA256PeerCertificateDigest: testDigest})
 			for _, path := range []string{"/api/v1/pods", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies"} {
 				res := p.Request("GET", path, flood...)
 				if !res.Forwarded {

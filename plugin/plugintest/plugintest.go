@@ -24,6 +24,7 @@ const (
 	acceptV2NoPeer  = AcceptV2 + ";profile=nopeer"
 	acceptClientGo  = AcceptV2 + ",application/json"
 	testSubject     = `CN=alice\2C jr,O=dev,O=system:masters`
+	testDigest      = "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8"
 	rejectedCounter = "skewgate_rejected_configurations_total"
 )
 
@@ -44,6 +45,10 @@ type StartOptions struct {
 	// SubjectPeerCertificate, when set, is the connection.subject_peer_certificate
 	// property of every request (a client certificate the gateway verified).
 	SubjectPeerCertificate string
+	// SHA256PeerCertificateDigest, when set, is the
+	// connection.sha256_peer_certificate_digest property of every request, the
+	// lower-case hex SHA-256 of that certificate; hosts leave it absent when empty.
+	SHA256PeerCertificateDigest string
 	// HTTPCalls answers the plugin's proxy_http_call requests, one call at a
 	// time, while the stream that made the call waits. Nil answers every call
 	// as failed (no response), which is what a host without upstreams gives.
@@ -214,6 +219,7 @@ var cases = []struct {
 	{"NodeLocalSpreadsOverHealthyPeersWhileThePreferredServerIsDown", nodeLocalSpreadsOverHealthyPeersWhileThePreferredServerIsDown},
 	{"ClientHeadersNeverBecomeAnIdentity", clientHeadersNeverBecomeAnIdentity},
 	{"FrontProxyAssertsVerifiedClientCertificate", frontProxyAssertsVerifiedClientCertificate},
+	{"FrontProxyAssertsTheCertificatesUIDAndCredentialID", frontProxyAssertsTheCertificatesUIDAndCredentialID},
 	{"AssertedRequestsNameTheirServersFrontProxyCluster", assertedRequestsNameTheirServersFrontProxyCluster},
 	{"UnassertableClientCertificateIsRefusedWith401", unassertableClientCertificateIsRefusedWith401},
 	{"HeaderFloodIsStrippedInOneHeaderMapWrite", headerFloodIsStrippedInOneHeaderMapWrite},
@@ -498,7 +504,7 @@ func clientHeadersNeverBecomeAnIdentity(t *testing.T, h Harness) {
 func frontProxyAssertsVerifiedClientCertificate(t *testing.T, h Harness) {
 	t.Run("front-proxy", func(t *testing.T) {
 		config := Config(t, 1, map[string]any{"identityMode": "front-proxy"}, discoverytest.SkewedControlPlane())
-		p := start(t, h, StartOptions{Config: config, SubjectPeerCertificate: testSubject})
+		p := start(t, h, StartOptions{Config: config, SubjectPeerCertificate: testSubject, SHA256PeerCertificateDigest: testDigest})
 		res := p.Request("GET", "/api/v1/pods", [2]string{"x-remote-user", "system:admin"}, [2]string{"x-remote-group", "evil"})
 		if got := res.Values("x-remote-user"); !slices.Equal(got, []string{"alice, jr"}) {
 			t.Errorf("x-remote-user %q; want [alice, jr]", got)
@@ -506,10 +512,16 @@ func frontProxyAssertsVerifiedClientCertificate(t *testing.T, h Harness) {
 		if got, want := res.Values("x-remote-group"), []string{"system:masters", "dev"}; !slices.Equal(got, want) {
 			t.Errorf("x-remote-group %q; want %q: the certificate's organizations in certificate order, one field each", got, want)
 		}
+		if got := res.Values(credentialIDHeader); !slices.Equal(got, []string{"X509SHA256=" + testDigest}) {
+			t.Errorf("%s %q; want the certificate's X509SHA256= digest", credentialIDHeader, got)
+		}
+		if got := res.Values("x-remote-uid"); got != nil {
+			t.Errorf("x-remote-uid %q for a certificate without a UID attribute", got)
+		}
 	})
 	t.Run("passthrough asserts nothing", func(t *testing.T) {
 		config := Config(t, 1, map[string]any{"identityMode": "passthrough"}, discoverytest.SkewedControlPlane())
-		p := start(t, h, StartOptions{Config: config, SubjectPeerCertificate: testSubject})
+		p := start(t, h, StartOptions{Config: config, SubjectPeerCertificate: testSubject, SHA256PeerCertificateDigest: testDigest})
 		if got := p.Request("GET", "/api/v1/pods").Values("x-remote-user"); got != nil {
 			t.Errorf("passthrough mode asserted %q", got)
 		}

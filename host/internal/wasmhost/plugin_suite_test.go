@@ -54,7 +54,7 @@ func (h pluginHarness) Start(t *testing.T, opts plugintest.StartOptions) (plugin
 		return nil, err
 	}
 	t.Cleanup(func() { host.Close(context.Background()) })
-	return &hostedPlugin{t: t, host: host, subject: opts.SubjectPeerCertificate, calls: calls}, nil
+	return &hostedPlugin{t: t, host: host, subject: opts.SubjectPeerCertificate, digest: opts.SHA256PeerCertificateDigest, calls: calls}, nil
 }
 
 // configCaller is the HTTPCaller the built plugin runs with in these tests. Like Envoy's cluster manager it
@@ -136,6 +136,7 @@ type hostedPlugin struct {
 	t       *testing.T
 	host    *Host
 	subject string
+	digest  string
 	calls   *configCaller
 	clears  int
 }
@@ -149,6 +150,7 @@ func (p *hostedPlugin) Request(method, path string, headers ...[2]string) plugin
 	if p.subject != "" {
 		req.Properties.TLS.PeerCertificatePresented = true
 		req.Properties.TLS.SubjectPeerCertificate = p.subject
+		req.Properties.TLS.SHA256PeerCertificateDigest = p.digest
 	}
 	out := p.host.HandleRequestHeaders(context.Background(), req)
 	if out.Failed != nil {
