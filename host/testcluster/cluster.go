@@ -306,6 +306,7 @@ func (c *Cluster) apiserverArgs(s *apiServer) []string {
 		"--requestheader-client-ca-file=" + f.FrontProxyCACert,
 		"--requestheader-allowed-names=" + FrontProxyClientName,
 		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-uid-headers=X-Remote-Uid",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + f.FrontProxyClientCert,

@@ -55,6 +55,7 @@ func TestAPIServerArgsWireAuthenticationAndPeerFlags(t *testing.T) {
 		"--requestheader-client-ca-file=fp-ca.crt",
 		"--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-uid-headers=X-Remote-Uid",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=fp.crt",
