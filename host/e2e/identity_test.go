@@ -3,9 +3,9 @@ package e2e
 import (
 	"crypto/tls"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
 	"reflect"
 	"strings"
@@ -39,22 +39,18 @@ func (a reviewAnswer) String() string {
 }
 
 // credentialIDExtra is the extra that kube-apiserver's x509 authenticator adds, the certificate's
-// SHA-256 fingerprint. Request-header authentication carries only the extras the proxy asserts.
+// SHA-256 fingerprint.
 const credentialIDExtra = "authentication.kubernetes.io/credential-id"
 
-// withoutX509CredentialID is a without the x509 credential ID, the one part of a certificate's
-// identity that a front proxy does not assert.
-func (a reviewAnswer) withoutX509CredentialID() reviewAnswer {
-	ids := a.User.Extra[credentialIDExtra]
-	if len(ids) != 1 || !strings.HasPrefix(ids[0], "X509SHA256=") {
-		return a
+// uidOID is the subject attribute kube-apiserver's x509 authenticator takes the user's UID from.
+var uidOID = asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 57683, 2}
+
+// withUIDs is subject with a UID attribute for each of uids.
+func withUIDs(subject pkix.Name, uids ...string) pkix.Name {
+	for _, uid := range uids {
+		subject.ExtraNames = append(subject.ExtraNames, pkix.AttributeTypeAndValue{Type: uidOID, Value: uid})
 	}
-	a.User.Extra = maps.Clone(a.User.Extra)
-	delete(a.User.Extra, credentialIDExtra)
-	if len(a.User.Extra) == 0 {
-		a.User.Extra = nil
-	}
-	return a
+	return subject
 }
 
 // review posts a SelfSubjectReview and returns what the server answered.
@@ -132,9 +128,10 @@ func newClientCertificate(t *testing.T, cluster *testcluster.Cluster, subject pk
 // of credential through a front-proxy gateway in front of a cluster whose client CA is also its
 // request-header CA, where the front-proxy client certificate alone authenticates: each answer
 // is the one the same request gets from an API server directly. A token is the token's user, no
-// credentials are system:anonymous, a certificate is its CN and O groups, an invalid token is
-// 401, and a Connection header naming the identity headers changes nothing. A certificate the
-// gateway verified but cannot assert is refused with 401 rather than forwarded.
+// credentials are system:anonymous, a certificate is its CN, UID attribute, O groups and
+// credential id, an invalid token is 401, and a Connection header naming the identity headers
+// changes nothing. A certificate the gateway verified but cannot assert is refused with 401
+// rather than forwarded, as the API server refuses one with several or an empty UID.
 func TestFrontProxyIdentityIsWhatTheAPIServerSeesDirectly(t *testing.T) {
 	cluster := sharedOneCA.get(t)
 	gw := startSkewgate(t, cluster, gatewayConfig{identityMode: frontProxyIdentity})
@@ -146,7 +143,14 @@ func TestFrontProxyIdentityIsWhatTheAPIServerSeesDirectly(t *testing.T) {
 		t.Fatalf("directly the front-proxy client certificate authenticates as %+v, want %s: the cluster does not share one CA", got, testcluster.FrontProxyClientName)
 	}
 	const personName = "skewgate-e2e-person"
-	person := newClientCertificate(t, cluster, pkix.Name{CommonName: personName, Organization: []string{"skewgate-e2e-team-a", "skewgate-e2e-team-b"}})
+	personSubject := pkix.Name{CommonName: personName, Organization: []string{"skewgate-e2e-team-a", "skewgate-e2e-team-b"}}
+	person := newClientCertificate(t, cluster, personSubject)
+	const personUID = "skewgate-e2e-uid-3f1c6a2e"
+	personWithUID := newClientCertificate(t, cluster, withUIDs(personSubject, personUID))
+	// Directly, a certificate is also its UID attribute and its credential id.
+	if got := whoAmI(t, directClient(cluster, credentials{certs: []tls.Certificate{personWithUID}}), cluster.Server(skewedUpgraded).URL, nil); got.UID != personUID || len(got.Extra[credentialIDExtra]) != 1 {
+		t.Fatalf("directly a certificate with UID %s authenticates as %+v: the cluster does not read UIDs from certificates", personUID, got)
+	}
 	admin := []tls.Certificate{pki.Admin}
 	servers := len(cluster.Servers())
 
@@ -164,6 +168,7 @@ func TestFrontProxyIdentityIsWhatTheAPIServerSeesDirectly(t *testing.T) {
 			{"no credentials", credentials{}, anonymous},
 			{"invalid bearer token", credentials{header: bearer("skewgate-e2e-not-a-token")}, unauthorized},
 			{"client certificate", credentials{certs: []tls.Certificate{person}}, personName},
+			{"client certificate with a UID", credentials{certs: []tls.Certificate{personWithUID}}, personName},
 			{"admin client certificate", credentials{certs: admin}, testcluster.AdminUser},
 			{"client certificate and a bearer token", credentials{certs: []tls.Certificate{person}, header: bearer(pki.UserToken)}, personName},
 			{"client certificate and an invalid bearer token", credentials{certs: []tls.Certificate{person}, header: bearer("skewgate-e2e-not-a-token")}, personName},
@@ -182,12 +187,7 @@ func TestFrontProxyIdentityIsWhatTheAPIServerSeesDirectly(t *testing.T) {
 				}
 				// Every server may answer through the gateway; each must see the same identity.
 				for range servers {
-					got := review(t, through, gw.URL, tc.cred.header)
-					expected := want
-					if got.User.Extra[credentialIDExtra] == nil {
-						expected = want.withoutX509CredentialID()
-					}
-					if !reflect.DeepEqual(got, expected) {
+					if got := review(t, through, gw.URL, tc.cred.header); !reflect.DeepEqual(got, want) {
 						t.Fatalf("through skewgate: %s\ndirectly:        %s", got, want)
 					}
 				}
@@ -200,9 +200,13 @@ func TestFrontProxyIdentityIsWhatTheAPIServerSeesDirectly(t *testing.T) {
 		for _, tc := range []struct {
 			name    string
 			subject pkix.Name
+			// directly401 is set where the API server refuses the certificate itself.
+			directly401 bool
 		}{
-			{"no common name", pkix.Name{Organization: []string{"system:masters"}}},
-			{"control character in the common name", pkix.Name{CommonName: "skewgate-e2e\nsystem:admin", Organization: []string{"system:masters"}}},
+			{"no common name", pkix.Name{Organization: []string{"system:masters"}}, false},
+			{"control character in the common name", pkix.Name{CommonName: "skewgate-e2e\nsystem:admin", Organization: []string{"system:masters"}}, false},
+			{"two UIDs", withUIDs(pkix.Name{CommonName: personName}, "skewgate-e2e-uid-1", "skewgate-e2e-uid-2"), true},
+			{"empty UID", withUIDs(pkix.Name{CommonName: personName}, ""), true},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				cred := credentials{certs: []tls.Certificate{newClientCertificate(t, cluster, tc.subject)}}
@@ -216,7 +220,11 @@ func TestFrontProxyIdentityIsWhatTheAPIServerSeesDirectly(t *testing.T) {
 						t.Fatalf("through skewgate: %s, want 401 Unauthorized", got)
 					}
 				}
-				t.Logf("401 through skewgate; directly the server answers %s", review(t, direct, cluster.Server(skewedUpgraded).URL, nil))
+				directly := review(t, direct, cluster.Server(skewedUpgraded).URL, nil)
+				if tc.directly401 && directly.Code != http.StatusUnauthorized {
+					t.Fatalf("directly the server answers %s, want 401: the cluster does not read UIDs from certificates", directly)
+				}
+				t.Logf("401 through skewgate; directly the server answers %s", directly)
 			})
 		}
 	})
