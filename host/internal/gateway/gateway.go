@@ -420,8 +420,10 @@ func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers 
 		target = g.pickBalanced(s)
 	}
 	if !ex.replayable && r.ContentLength > 0 && r.ContentLength <= maxReplayableBody {
-		body := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, body); err != nil {
+		// Memory grows with the bytes that arrive, not with what the header
+		// announces: a client cannot reserve a megabyte per stream for free.
+		body, err := io.ReadAll(io.LimitReader(r.Body, r.ContentLength))
+		if err != nil || int64(len(body)) < r.ContentLength {
 			if r.Context().Err() != nil {
 				w.clientGone = true
 				return

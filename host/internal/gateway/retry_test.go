@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -193,5 +195,26 @@ func TestStreamsRefusedByGoAwayMoveToAnotherServer(t *testing.T) {
 				t.Errorf("retry not counted:\n%s", m)
 			}
 		})
+	}
+}
+
+// TestAnnouncedBodyLengthCommitsNoMemoryUntilTheBodyArrives: a body small
+// enough to be buffered for a retry takes memory as its bytes arrive, not as
+// its Content-Length announces, so requests that announce a megabyte and
+// send nothing cannot make the gateway reserve a megabyte each.
+func TestAnnouncedBodyLengthCommitsNoMemoryUntilTheBodyArrives(t *testing.T) {
+	h := newHarness(t, harnessConfig{servers: retryServers(), plugin: routeTo("kube-a")})
+	r := httptest.NewRequest(http.MethodPost, widgets, strings.NewReader(`{"kind":"Widget"}`))
+	r.ContentLength = maxReplayableBody
+	w := httptest.NewRecorder()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	h.gw.ServeHTTP(w, r)
+	runtime.ReadMemStats(&after)
+	if w.Code != http.StatusBadRequest {
+		t.Errorf("a body shorter than its Content-Length got %d, want 400: %s", w.Code, w.Body)
+	}
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated >= maxReplayableBody/4 {
+		t.Errorf("the request allocated %d bytes for a body of 17 bytes announced as %d", allocated, maxReplayableBody)
 	}
 }
