@@ -39,7 +39,7 @@ func (g *Gateway) HasCluster(cluster string) bool {
 // with the credential the name carries, within the call's timeout (the
 // request timeout when it has none). It is never retried: the plugin decides
 // what a failure means.
-func (g *Gateway) HTTPCall(ctx context.Context, call wasmhost.HTTPCall) (*wasmhost.HTTPCallResponse, error) {
+func (g *Gateway) HTTPCall(caller context.Context, call wasmhost.HTTPCall) (*wasmhost.HTTPCallResponse, error) {
 	s := g.state.Load()
 	if s == nil {
 		return nil, errors.New("the gateway has no discovery snapshot yet")
@@ -52,7 +52,7 @@ func (g *Gateway) HTTPCall(ctx context.Context, call wasmhost.HTTPCall) (*wasmho
 	if timeout <= 0 {
 		timeout = g.opts.RequestTimeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(caller, timeout)
 	defer cancel()
 	req, err := callRequest(ctx, b.address, call)
 	if err != nil {
@@ -64,13 +64,13 @@ func (g *Gateway) HTTPCall(ctx context.Context, call wasmhost.HTTPCall) (*wasmho
 	}
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
-		g.metrics.upstreamError(b.cluster, errorKind(err))
+		g.callFailed(caller, b, err)
 		return nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxCallResponseBody+1))
 	if err != nil {
-		g.metrics.upstreamError(b.cluster, errorKind(err))
+		g.callFailed(caller, b, err)
 		return nil, err
 	}
 	if len(body) > maxCallResponseBody {
@@ -78,6 +78,15 @@ func (g *Gateway) HTTPCall(ctx context.Context, call wasmhost.HTTPCall) (*wasmho
 	}
 	headers := append([][2]string{{":status", strconv.Itoa(resp.StatusCode)}}, headerPairs(resp.Header)...)
 	return &wasmhost.HTTPCallResponse{Headers: headers, Body: body, Trailers: headerPairs(resp.Trailer)}, nil
+}
+
+// callFailed counts a call's failure against its server, unless the caller
+// cancelled it (the client left, or the plugin's stream ended): that says
+// nothing about the server.
+func (g *Gateway) callFailed(caller context.Context, b *backend, err error) {
+	if !errors.Is(caller.Err(), context.Canceled) {
+		g.metrics.upstreamError(b.cluster, errorKind(err))
+	}
 }
 
 // callRequest is the HTTP request for a call: its pseudo-headers become the

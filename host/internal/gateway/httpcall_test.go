@@ -126,3 +126,43 @@ func TestHTTPCallReachesTheNamedServerWithItsCredential(t *testing.T) {
 		})
 	}
 }
+
+// TestAbandonedHTTPCallIsNoUpstreamError: a call its caller cancels (the
+// client left, or the plugin's stream ended) says nothing about the API
+// server, while a call the server leaves unanswered past its deadline counts
+// as that server's timeout.
+func TestAbandonedHTTPCallIsNoUpstreamError(t *testing.T) {
+	stall := [][2]string{{":method", "GET"}, {":path", "/stall"}, {":authority", "gateway.example"}}
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want string
+	}{
+		{"the caller cancels", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(200*time.Millisecond, cancel)
+			return ctx, cancel
+		}, ""},
+		{"the caller's deadline passes", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 200*time.Millisecond)
+		}, `skewgate_gateway_upstream_errors_total{backend="kube-a",kind="timeout"} 1`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessConfig{plugin: routeTo(""), handler: callBackend})
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			if resp, err := h.gw.HTTPCall(ctx, wasmhost.HTTPCall{Cluster: "kube-a", Headers: stall}); err == nil {
+				t.Fatalf("the call succeeded: %q %q", resp.Headers, resp.Body)
+			}
+			var errors []string
+			for line := range strings.Lines(scrape(t, h)) {
+				if strings.HasPrefix(line, "skewgate_gateway_upstream_errors_total{") {
+					errors = append(errors, strings.TrimSpace(line))
+				}
+			}
+			if got := strings.Join(errors, "\n"); got != tc.want {
+				t.Errorf("upstream errors:\n%s\nwant:\n%s", got, tc.want)
+			}
+		})
+	}
+}
