@@ -16,6 +16,8 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/skewgate/skewgate/discovery"
 )
 
 // exchange is one proxied request: what the plugin decided and which backend
@@ -34,8 +36,8 @@ type exchange struct {
 	// again as it was.
 	replayable bool
 	backend    *backend
-	// tried are the backends the request was sent to.
-	tried []*backend
+	// tried are the servers of state the request was sent to.
+	tried discovery.ServerSet
 }
 
 type exchangeKey struct{}
@@ -51,7 +53,11 @@ func (ex *exchange) setBackend(b *backend) {
 		ex.backend.inFlight.Add(-1)
 	}
 	ex.backend = b
-	ex.tried = append(ex.tried, b)
+	// A backend the previous snapshot retired is in no set; only the
+	// state's servers are retry candidates anyway.
+	if i := slices.Index(ex.state.servers, b); i >= 0 {
+		ex.tried |= 1 << uint(i)
+	}
 	b.inFlight.Add(1)
 }
 
@@ -253,12 +259,7 @@ func (g *Gateway) retryTarget(ex *exchange) *backend {
 	if healthy == 0 {
 		healthy = s.index.All()
 	}
-	candidates := capableServers(s.index, ex.inbound) & healthy
-	for i, b := range s.servers {
-		if slices.Contains(ex.tried, b) {
-			candidates &^= 1 << uint(i)
-		}
-	}
+	candidates := capableServers(s.index, ex.inbound) & healthy &^ ex.tried
 	if candidates == 0 {
 		return nil
 	}
