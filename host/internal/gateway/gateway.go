@@ -36,6 +36,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httputil"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -419,26 +420,16 @@ func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers 
 	} else {
 		target = g.pickBalanced(s)
 	}
+	longRunning := isLongRunning(r)
 	if !ex.replayable && r.ContentLength > 0 && r.ContentLength <= maxReplayableBody {
-		// Memory grows with the bytes that arrive, not with what the header
-		// announces: a client cannot reserve a megabyte per stream for free.
-		body, err := io.ReadAll(io.LimitReader(r.Body, r.ContentLength))
-		if err != nil || int64(len(body)) < r.ContentLength {
-			if r.Context().Err() != nil {
-				w.clientGone = true
-				return
-			}
-			writeStatus(w, &apierrors.NewBadRequest("the request body ended before its Content-Length").ErrStatus)
+		if !g.bufferBody(w, r, ex, longRunning, arrived) {
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-		ex.replayable = true
 	}
 	ex.setBackend(target)
 	defer ex.release()
 	ctx := context.WithValue(r.Context(), exchangeKey{}, ex)
-	if !isLongRunning(r) {
+	if !longRunning {
 		// Like kube-apiserver's timeout filter, the deadline covers the whole
 		// response: a short request's body stopping past it is cut.
 		var cancel context.CancelFunc
@@ -446,6 +437,39 @@ func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers 
 		defer cancel()
 	}
 	g.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// bufferBody reads a small body whole, so that the request can be sent again
+// if it provably never reached a server; false means the request was answered.
+// Memory grows with the bytes that arrive, not with what the header
+// announces, and a short request's body must arrive within its request
+// timeout, so a client trickling it holds nothing for long.
+func (g *Gateway) bufferBody(w *statusRecorder, r *http.Request, ex *exchange, longRunning bool, arrived time.Time) bool {
+	rc := http.NewResponseController(w)
+	if !longRunning {
+		_ = rc.SetReadDeadline(arrived.Add(g.opts.RequestTimeout))
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, r.ContentLength))
+	if !longRunning && err == nil {
+		// Only a body read whole may lift the deadline: after an answer the
+		// server drains what is left of the body, which must not wait.
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		writeRequestTimeout(w)
+		return false
+	case r.Context().Err() != nil:
+		w.clientGone = true
+		return false
+	case err != nil || int64(len(body)) < r.ContentLength:
+		writeStatus(w, &apierrors.NewBadRequest("the request body ended before its Content-Length").ErrStatus)
+		return false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	ex.replayable = true
+	return true
 }
 
 // writeLocalResponse sends the plugin's own reply (merged discovery, 304,
@@ -484,6 +508,11 @@ func (g *Gateway) writeUnavailable(w http.ResponseWriter, message string) {
 
 // writeStatus answers with a Kubernetes Status, as kube-apiserver writes its
 // errors.
+// writeRequestTimeout answers 504 as kube-apiserver's timeout filter does.
+func writeRequestTimeout(w http.ResponseWriter) {
+	writeStatus(w, &apierrors.NewTimeoutError("request did not complete within the allotted timeout", 0).ErrStatus)
+}
+
 func writeStatus(w http.ResponseWriter, st *metav1.Status) {
 	st.Kind, st.APIVersion = "Status", "v1"
 	body, _ := json.Marshal(st)
@@ -508,7 +537,7 @@ func (g *Gateway) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 	case context.Cause(r.Context()) == errRequestTimeout:
 		g.log.Warn("API server did not answer within the request timeout", "cluster", cluster, "method", ex.inbound.Method,
 			"path", ex.inbound.URL.Path, "timeout", g.opts.RequestTimeout)
-		writeStatus(w, &apierrors.NewTimeoutError("request did not complete within the allotted timeout", 0).ErrStatus)
+		writeRequestTimeout(w)
 		return
 	case r.Context().Err() != nil:
 		// The client went away; there is nobody to answer.

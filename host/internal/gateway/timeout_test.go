@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -103,6 +104,12 @@ func TestRequestTimeoutAppliesToShortRequestsOnly(t *testing.T) {
 				t.Errorf("Status %+v", s)
 			}
 		})
+		t.Run(fmt.Sprintf("a small body that stops arriving is answered 504 within the deadline http2=%v", http2), func(t *testing.T) {
+			status := sendStalledBody(t, h, client, http2, 20*timeout)
+			if status != http.StatusGatewayTimeout {
+				t.Errorf("status %d; want 504", status)
+			}
+		})
 		t.Run(fmt.Sprintf("a short answer stalling past the deadline is cut http2=%v", http2), func(t *testing.T) {
 			// The client's own deadline is far beyond the gateway's.
 			ctx, cancel := context.WithTimeout(context.Background(), 20*timeout)
@@ -139,4 +146,45 @@ func TestRequestTimeoutAppliesToShortRequestsOnly(t *testing.T) {
 	if m := scrape(t, h); !strings.Contains(m, `kind="timeout"`) {
 		t.Errorf("timeouts not counted as upstream errors:\n%s", m)
 	}
+}
+
+// sendStalledBody sends a POST announcing 1 KiB of body, sends 8 bytes of it
+// and no more, and returns the status of the answer that arrives within
+// wait. Go's HTTP/1.1 client returns an answer only once it has finished
+// sending, so on HTTP/1.1 the request is written by hand.
+func sendStalledBody(t *testing.T, h *harness, client *http.Client, http2 bool, wait time.Duration) int {
+	t.Helper()
+	const partial = `{"kind":`
+	if http2 {
+		body, stall := io.Pipe()
+		defer stall.Close()
+		go func() { _, _ = stall.Write([]byte(partial)) }()
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "POST", h.front.URL+commonPods, body)
+		req.ContentLength = 1024
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("no answer within %v: %v", wait, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	cfg := client.Transport.(*http.Transport).TLSClientConfig.Clone()
+	cfg.NextProtos = []string{"http/1.1"}
+	conn, err := tls.Dial("tcp", strings.TrimPrefix(h.front.URL, "https://"), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(wait))
+	if _, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: kube\r\nContent-Type: application/json\r\nContent-Length: 1024\r\n\r\n%s", commonPods, partial); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer within %v: %v", wait, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
