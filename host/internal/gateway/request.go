@@ -67,7 +67,7 @@ func pluginRequest(r *http.Request) (*wasmhost.Request, error) {
 	if peer := peerIP(r.RemoteAddr); peer != "" {
 		// One field, as Envoy keeps it: kube-apiserver reads only the first
 		// X-Forwarded-For field.
-		headers = append(headers, [2]string{"x-forwarded-for", strings.Join(append(forwardedFor, peer), ",")})
+		headers = append(headers, [2]string{"x-forwarded-for", strings.Join(slices.Concat(forwardedFor, []string{peer}), ",")})
 	}
 	return &wasmhost.Request{
 		Headers:     headers,
