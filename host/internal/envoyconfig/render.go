@@ -187,6 +187,10 @@ func certificate(certPath, keyPath string) object {
 	}
 }
 
+// timeoutStatusBody is kube-apiserver's answer to a request that did not
+// complete within --request-timeout.
+const timeoutStatusBody = `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Timeout: request did not complete within the allotted timeout","reason":"Timeout","details":{},"code":504}`
+
 func (s *Spec) httpConnectionManager(pluginFilter object) object {
 	return object{
 		{"@type", hcmTypeURL},
@@ -203,6 +207,20 @@ func (s *Spec) httpConnectionManager(pluginFilter object) object {
 		// The plugin and the API servers must see the same path.
 		{"normalize_path", true},
 		{"request_headers_timeout", "10s"},
+		// Envoy answers a passed route timeout itself, in plain text; clients
+		// decode a Kubernetes Status, so the answer is the one kube-apiserver's
+		// timeout filter sends. The plugin never answers 504 itself.
+		{"local_reply_config", object{{"mappers", list{object{
+			{"filter", object{{"status_code_filter", object{{"comparison", object{
+				{"op", "EQ"},
+				{"value", object{{"default_value", uint32(504)}, {"runtime_key", "skewgate.local_reply.timeout_status"}}},
+			}}}}}},
+			{"body", object{{"inline_string", timeoutStatusBody}}},
+			{"body_format_override", object{
+				{"text_format_source", object{{"inline_string", "%LOCAL_REPLY_BODY%"}}},
+				{"content_type", "application/json"},
+			}},
+		}}}}},
 		// Envoy's defaults, stated so the bound is explicit and equal to the
 		// standalone gateway's: larger or more request headers are refused
 		// (431, or a stream reset for too many headers over HTTP/2) before
