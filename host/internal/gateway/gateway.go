@@ -141,6 +141,7 @@ type Gateway struct {
 	proxy      *httputil.ReverseProxy
 	transports *transportSource
 	metrics    *metrics
+	sessions   sessions
 
 	applyMu    sync.Mutex
 	state      atomic.Pointer[state]
@@ -337,7 +338,7 @@ var errRequestTimeout = errors.New("the request did not complete within the requ
 // ServeHTTP runs the request through the plugin and carries out its verdict.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
-	rec := &statusRecorder{ResponseWriter: w}
+	rec := &statusRecorder{ResponseWriter: w, sessions: &g.sessions}
 	verdict := "none"
 	defer func() { g.metrics.request(verdict, rec.code()) }()
 

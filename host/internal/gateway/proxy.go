@@ -284,6 +284,7 @@ func errorKind(err error) string {
 // proxy flush and hijack the underlying writer.
 type statusRecorder struct {
 	http.ResponseWriter
+	sessions   *sessions
 	status     int
 	hijacked   bool
 	clientGone bool
@@ -305,13 +306,15 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-// Hijack is called by the reverse proxy once a backend switched protocols.
+// Hijack is called by the reverse proxy once a backend switched protocols;
+// the session's connection is kept until it ends, so shutdown can end it.
 func (r *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, rw, err := http.NewResponseController(r.ResponseWriter).Hijack()
-	if err == nil {
-		r.hijacked = true
+	if err != nil {
+		return nil, nil, err
 	}
-	return conn, rw, err
+	r.hijacked = true
+	return r.sessions.track(conn), rw, nil
 }
 
 // code is the status code for metrics: 101 for a switched protocol, 499 (as

@@ -433,8 +433,8 @@ func (s *Server) Ready() bool { return s.ready.Load() && !s.stopping.Load() }
 // down as kube-apiserver does: /readyz fails at once, both listeners keep
 // serving for Config.ShutdownDelay, then they stop accepting and in-flight
 // requests drain for at most Config.ShutdownTimeout, after which the rest
-// (long-running watches) are cut. Every listener is closed when Serve
-// returns. Listen must have been called.
+// (long-running watches, exec and port-forward sessions) are cut. Every
+// listener is closed when Serve returns. Listen must have been called.
 func (s *Server) Serve(ctx context.Context) error {
 	if s.gatewayListener == nil {
 		return errors.New("serve: Listen was not called")
@@ -501,6 +501,13 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 		})
 	}
+	// exec, attach and port-forward sessions left http.Server when they
+	// switched protocols; they get the same time, then are ended.
+	drain.Go(func() {
+		if n := s.gw.DrainSessions(drainCtx); n > 0 {
+			s.log.Warn("switched-protocol sessions did not end in time; closing them", "sessions", n)
+		}
+	})
 	drain.Wait()
 	wg.Wait()
 	stopController()
