@@ -92,21 +92,10 @@ func (g *Gateway) callFailed(caller context.Context, b *backend, err error) {
 // callRequest is the HTTP request for a call: its pseudo-headers become the
 // method, target and authority; Go sets the framing headers itself.
 func callRequest(ctx context.Context, address string, call wasmhost.HTTPCall) (*http.Request, error) {
-	method, target, authority := http.MethodGet, "", ""
-	header := http.Header{}
-	for _, kv := range call.Headers {
-		switch name := kv[0]; {
-		case name == ":method":
-			method = kv[1]
-		case name == ":path":
-			target = kv[1]
-		case name == ":authority":
-			authority = kv[1]
-		case strings.HasPrefix(name, ":"), hopByHopHeaders[name], name == "host", name == "content-length":
-		default:
-			key := textproto.CanonicalMIMEHeaderKey(name)
-			header[key] = append(header[key], kv[1])
-		}
+	f := outboundFields(call.Headers, "")
+	method, target := f.method, f.path
+	if method == "" {
+		method = http.MethodGet
 	}
 	u, err := url.ParseRequestURI(target)
 	if err != nil || !strings.HasPrefix(target, "/") {
@@ -117,8 +106,8 @@ func callRequest(ctx context.Context, address string, call wasmhost.HTTPCall) (*
 	if err != nil {
 		return nil, err
 	}
-	req.Header = header
-	req.Host = authority
+	req.Header = f.header
+	req.Host = f.authority
 	if len(call.Trailers) > 0 {
 		req.Trailer = http.Header{}
 		for _, kv := range call.Trailers {

@@ -93,25 +93,14 @@ var hopByHopHeaders = map[string]bool{
 func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	ex := exchangeFrom(pr.In.Context())
 	out := pr.Out
-	h := make(http.Header, len(ex.headers))
-	path := ""
-	for _, kv := range ex.headers {
-		name := kv[0]
-		switch {
-		case name == ":path":
-			path = kv[1]
-		case name == ":authority":
-			out.Host = kv[1]
-		case name == ":method":
-			out.Method = kv[1]
-		case strings.HasPrefix(name, ":"),
-			name == g.opts.RoutingHeader, hopByHopHeaders[name],
-			name == "host", name == "content-length":
-		default:
-			key := textproto.CanonicalMIMEHeaderKey(name)
-			h[key] = append(h[key], kv[1])
-		}
+	f := outboundFields(ex.headers, g.opts.RoutingHeader)
+	if f.method != "" {
+		out.Method = f.method
 	}
+	if f.authority != "" {
+		out.Host = f.authority
+	}
+	h, path := f.header, f.path
 	if ex.upgrade != "" {
 		h.Set("Connection", "Upgrade")
 		h.Set("Upgrade", ex.upgrade)
@@ -128,6 +117,36 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 			out.URL.Path, out.URL.RawPath, out.URL.RawQuery = u.Path, u.RawPath, u.RawQuery
 		}
 	}
+}
+
+// requestFields are what an outbound request is made of: the :method, :path
+// and :authority values and the header fields to send.
+type requestFields struct {
+	method, path, authority string
+	header                  http.Header
+}
+
+// outboundFields splits a header map as the plugin left it (or as it made a
+// call) into requestFields. Sent are all fields but the pseudo-headers,
+// hop-by-hop fields, the ones Go sets from request fields (Host,
+// Content-Length) and the gateway's own header named internal.
+func outboundFields(pairs [][2]string, internal string) requestFields {
+	f := requestFields{header: make(http.Header, len(pairs))}
+	for _, kv := range pairs {
+		switch name := kv[0]; {
+		case name == ":method":
+			f.method = kv[1]
+		case name == ":path":
+			f.path = kv[1]
+		case name == ":authority":
+			f.authority = kv[1]
+		case strings.HasPrefix(name, ":"), name == internal, hopByHopHeaders[name], name == "host", name == "content-length":
+		default:
+			key := textproto.CanonicalMIMEHeaderKey(name)
+			f.header[key] = append(f.header[key], kv[1])
+		}
+	}
+	return f
 }
 
 // upgradeType is the protocol an HTTP/1.1 request asks to switch to, or "".
