@@ -150,19 +150,22 @@ func (h *httpContext) credentials(id *certIdentity) [][2]string {
 // no two different inputs hash the same bytes.
 func (h *httpContext) credentialKey(frontProxy bool, credentials [][2]string) credentialKey {
 	digest := discovery.NewSHA512()
-	path, _, _ := discovery.SplitRequestTarget(h.in.path)
-	fields := []string{path, ""}
-	if frontProxy {
-		fields[1] = discovery.FrontProxyClusterSuffix
-	}
-	for _, kv := range credentials {
-		fields = append(fields, kv[0], kv[1])
-	}
 	var length [4]byte
-	for _, f := range fields {
+	field := func(f string) {
 		binary.BigEndian.PutUint32(length[:], uint32(len(f)))
 		digest.Write(length[:])
 		digest.Write([]byte(f))
+	}
+	path, _, _ := discovery.SplitRequestTarget(h.in.path)
+	field(path)
+	if frontProxy {
+		field(discovery.FrontProxyClusterSuffix)
+	} else {
+		field("")
+	}
+	for _, kv := range credentials {
+		field(kv[0])
+		field(kv[1])
 	}
 	sum := digest.Sum()
 	return credentialKey(sum[:32])
