@@ -23,19 +23,43 @@ func RenderECDSResource(pluginConfigJSON []byte, wasmPath, version string) ([]by
 	if version == "" || strings.ContainsFunc(version, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 		return nil, fmt.Errorf("envoyconfig: ECDS version %q: must be non-empty printable text", version)
 	}
-	wasm, err := wasmFilterConfig(pluginConfigJSON, wasmPath)
+	ext, err := extensionConfig(pluginConfigJSON, wasmPath)
 	if err != nil {
 		return nil, err
 	}
 	return marshalYAML(object{
 		{"version_info", version},
 		{"type_url", typedExtensionConfigURL},
-		{"resources", list{object{
-			{"@type", typedExtensionConfigURL},
-			{"name", FilterName},
-			{"typed_config", wasm},
-		}}},
+		{"resources", list{append(object{{"@type", typedExtensionConfigURL}}, ext...)}},
 	})
+}
+
+// RenderExtensionConfig returns the TypedExtensionConfig alone, as the ECDS
+// file holds it, for a management server to deliver over xDS: the same
+// document for the same arguments, byte for byte.
+func RenderExtensionConfig(pluginConfigJSON []byte, wasmPath string) ([]byte, error) {
+	if err := checkPath(wasmPath); err != nil {
+		return nil, fmt.Errorf("envoyconfig: wasm path: %w", err)
+	}
+	ext, err := extensionConfig(pluginConfigJSON, wasmPath)
+	if err != nil {
+		return nil, err
+	}
+	return marshalYAML(ext)
+}
+
+// CheckWasmPath reports whether path can name the plugin module on an Envoy
+// host in the documents rendered here.
+func CheckWasmPath(path string) error { return checkPath(path) }
+
+// extensionConfig is the TypedExtensionConfig delivering the plugin filter,
+// named FilterName as the filter's config_discovery expects.
+func extensionConfig(pluginConfigJSON []byte, wasmPath string) (object, error) {
+	wasm, err := wasmFilterConfig(pluginConfigJSON, wasmPath)
+	if err != nil {
+		return nil, err
+	}
+	return object{{"name", FilterName}, {"typed_config", wasm}}, nil
 }
 
 // WriteECDSFile replaces path with content atomically: Envoy watching the

@@ -327,6 +327,12 @@ func checkBootstrap(doc []byte, ecdsWasm *wasmfilterv3.Wasm) error {
 	clusters := map[string]*clusterv3.Cluster{}
 	var perServer int
 	for _, c := range b.GetStaticResources().GetClusters() {
+		if c.GetName() == XDSClusterName {
+			if err := checkXDSCluster(c); err != nil {
+				return fmt.Errorf("cluster %s: %w", c.GetName(), err)
+			}
+			continue
+		}
 		if err := checkCluster(c, mode); err != nil {
 			return fmt.Errorf("cluster %s: %w", c.GetName(), err)
 		}
@@ -357,7 +363,94 @@ func checkBootstrap(doc []byte, ecdsWasm *wasmfilterv3.Wasm) error {
 	if steered != plugin.RoutingHeader {
 		return fmt.Errorf("route reads %q, plugin writes %q", steered, plugin.RoutingHeader)
 	}
+	if err := checkManagementServer(&b, hcm); err != nil {
+		return err
+	}
 	return checkExplicitNotFoundCode(doc)
+}
+
+// checkManagementServer requires that a plugin filter delivered over gRPC
+// reaches the management server's cluster, directly or through ADS, and that
+// a bootstrap without one has neither that cluster nor an ADS stream.
+func checkManagementServer(b *bootstrapv3.Bootstrap, hcm *hcmv3.HttpConnectionManager) error {
+	source := hcm.GetHttpFilters()[0].GetConfigDiscovery().GetConfigSource()
+	var cluster *clusterv3.Cluster
+	for _, c := range b.GetStaticResources().GetClusters() {
+		if c.GetName() == XDSClusterName {
+			cluster = c
+		}
+	}
+	dynamic := b.GetDynamicResources()
+	switch {
+	case source.GetAds() == nil && dynamic != nil:
+		return errors.New("dynamic_resources without a plugin filter delivered through ADS")
+	case source.GetAds() != nil:
+		if dynamic.GetLdsConfig() != nil || dynamic.GetCdsConfig() != nil {
+			return errors.New("ADS must deliver the plugin filter only: listeners and clusters stay static")
+		}
+		if err := checkGRPCSource(dynamic.GetAdsConfig()); err != nil {
+			return fmt.Errorf("ads_config: %w", err)
+		}
+	}
+	overGRPC := source.GetApiConfigSource() != nil || source.GetAds() != nil
+	switch {
+	case overGRPC && cluster == nil:
+		return fmt.Errorf("the plugin filter comes over gRPC but there is no cluster %s", XDSClusterName)
+	case !overGRPC && cluster != nil:
+		return fmt.Errorf("cluster %s is there but the plugin filter does not come over gRPC", XDSClusterName)
+	}
+	return nil
+}
+
+// checkGRPCSource requires the v3 gRPC stream to the management server's
+// cluster.
+func checkGRPCSource(api *corev3.ApiConfigSource) error {
+	services := api.GetGrpcServices()
+	switch {
+	case api == nil:
+		return errors.New("missing")
+	case api.GetApiType() != corev3.ApiConfigSource_GRPC:
+		return fmt.Errorf("api_type %s, want GRPC", api.GetApiType())
+	case api.GetTransportApiVersion() != corev3.ApiVersion_V3:
+		return fmt.Errorf("transport_api_version %s, want V3", api.GetTransportApiVersion())
+	case len(services) != 1 || services[0].GetEnvoyGrpc().GetClusterName() != XDSClusterName:
+		return fmt.Errorf("grpc_services %v, want Envoy's gRPC client to cluster %s", services, XDSClusterName)
+	}
+	return nil
+}
+
+// checkXDSCluster requires HTTP/2 over TLS that verifies the management
+// server by name and presents a client certificate, which it demands.
+func checkXDSCluster(c *clusterv3.Cluster) error {
+	tls, err := unpack[*tlsv3.UpstreamTlsContext](c.GetTransportSocket().GetTypedConfig())
+	if err != nil {
+		return fmt.Errorf("upstream TLS: %w", err)
+	}
+	common := tls.GetCommonTlsContext()
+	validation := common.GetValidationContext()
+	sans := validation.GetMatchTypedSubjectAltNames()
+	switch {
+	case tls.GetSni() == "":
+		return errors.New("no SNI")
+	case validation.GetTrustedCa().GetFilename() == "":
+		return errors.New("no CA verifies the management server")
+	case len(sans) != 1 || sans[0].GetSanType() != tlsv3.SubjectAltNameMatcher_DNS || sans[0].GetMatcher().GetExact() != tls.GetSni():
+		return fmt.Errorf("SAN check %v, want DNS %s", sans, tls.GetSni())
+	case len(common.GetTlsCertificates()) != 1:
+		return fmt.Errorf("%d client certificates, want the one the management server requires", len(common.GetTlsCertificates()))
+	case common.GetTlsParams().GetTlsMinimumProtocolVersion() != tlsv3.TlsParameters_TLSv1_2:
+		return errors.New("TLS minimum must be TLSv1_2")
+	case !slices.Equal(common.GetAlpnProtocols(), []string{"h2"}):
+		return fmt.Errorf("ALPN %q, want h2: gRPC servers refuse connections without it", common.GetAlpnProtocols())
+	}
+	options, err := unpack[*upstreamhttpv3.HttpProtocolOptions](c.GetTypedExtensionProtocolOptions()[httpProtocolOptionsKey])
+	if err != nil {
+		return fmt.Errorf("HTTP protocol options: %w", err)
+	}
+	if options.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
+		return errors.New("gRPC needs explicit HTTP/2")
+	}
+	return nil
 }
 
 func checkDownstreamTLS(tls *tlsv3.DownstreamTlsContext) error {
@@ -433,16 +526,23 @@ func checkHTTPConnectionManager(hcm *hcmv3.HttpConnectionManager, ecdsWasm *wasm
 }
 
 func checkConfigDiscovery(d *corev3.ExtensionConfigSource) error {
-	source := d.GetConfigSource().GetPathConfigSource()
+	source := d.GetConfigSource()
+	file := source.GetPathConfigSource()
 	switch {
 	case !slices.Equal(d.GetTypeUrls(), []string{wasmFilterTypeURL}):
 		return fmt.Errorf("ECDS type_urls %q", d.GetTypeUrls())
-	case source == nil:
-		return errors.New("ECDS must use a path_config_source")
-	case path.Dir(source.GetPath()) != source.GetWatchedDirectory().GetPath():
-		return fmt.Errorf("ECDS file %q is not in the watched directory %q", source.GetPath(), source.GetWatchedDirectory().GetPath())
 	case d.GetDefaultConfig() != nil:
 		return errors.New("ECDS must not fall back to a default plugin configuration")
+	case source.GetResourceApiVersion() != corev3.ApiVersion_V3:
+		return fmt.Errorf("ECDS resource_api_version %s, want V3", source.GetResourceApiVersion())
+	case file != nil:
+		if path.Dir(file.GetPath()) != file.GetWatchedDirectory().GetPath() {
+			return fmt.Errorf("ECDS file %q is not in the watched directory %q", file.GetPath(), file.GetWatchedDirectory().GetPath())
+		}
+	case source.GetApiConfigSource() != nil:
+		return checkGRPCSource(source.GetApiConfigSource())
+	case source.GetAds() == nil:
+		return errors.New("ECDS must use a path_config_source, or the management server over gRPC (api_config_source or ads)")
 	}
 	return nil
 }

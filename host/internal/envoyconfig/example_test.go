@@ -26,6 +26,18 @@ var exampleServers = []exampleServer{
 	{"apiserver-c47a0e9d8b15f263", "apiserver-c", "10.0.0.13", "v1.37.2", true},
 }
 
+// exampleXDSSource is the controller's management server, reached through a
+// Service in front of its replicas.
+func exampleXDSSource() XDSSource {
+	return XDSSource{
+		Address:        "skewgate-xds.kube-system.svc",
+		Port:           18000,
+		CAPath:         "/etc/skewgate/tls/xds-ca.crt",
+		ClientCertPath: "/etc/skewgate/tls/xds-client.crt",
+		ClientKeyPath:  "/etc/skewgate/tls/xds-client.key",
+	}
+}
+
 func exampleSpec() Spec {
 	spec := Spec{
 		ServingCertPath:    "/etc/skewgate/tls/serving.crt",

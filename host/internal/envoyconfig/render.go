@@ -56,7 +56,7 @@ func Render(spec Spec) ([]byte, error) {
 	return marshalYAML(s.bootstrap(object{
 		{"name", FilterName},
 		{"typed_config", wasm},
-	}))
+	}, nil))
 }
 
 // RenderECDS returns the Envoy bootstrap for spec whose plugin filter is
@@ -87,7 +87,7 @@ func RenderECDS(spec Spec, ecdsResourcePath string) ([]byte, error) {
 			}},
 			{"type_urls", list{wasmFilterTypeURL}},
 		}},
-	}))
+	}, nil))
 }
 
 // wasmFilterConfig is the envoy.filters.http.wasm typed config, identical for
@@ -121,7 +121,9 @@ func wasmFilterConfig(pluginConfigJSON []byte, wasmPath string) (object, error) 
 	}, nil
 }
 
-func (s *Spec) bootstrap(pluginFilter object) object {
+// bootstrap is the whole document; with xds, it also reaches the management
+// server that delivers the plugin filter.
+func (s *Spec) bootstrap(pluginFilter object, xds *XDSSource) object {
 	clusters := make(list, 0, 2*len(s.Servers)+1)
 	for _, srv := range s.Servers {
 		clusters = append(clusters, s.cluster(srv.Cluster, "ROUND_ROBIN", []Server{srv}, false))
@@ -133,7 +135,10 @@ func (s *Spec) bootstrap(pluginFilter object) object {
 		}
 	}
 	clusters = append(clusters, s.cluster(s.AllServersCluster, "LEAST_REQUEST", s.Servers, false))
-	return object{
+	if xds != nil {
+		clusters = append(clusters, xds.cluster())
+	}
+	doc := object{
 		{"node", object{{"id", s.NodeID}, {"cluster", s.NodeID}}},
 		{"admin", object{{"address", socketAddress("127.0.0.1", s.AdminPort)}}},
 		{"static_resources", object{
@@ -141,6 +146,10 @@ func (s *Spec) bootstrap(pluginFilter object) object {
 			{"clusters", clusters},
 		}},
 	}
+	if xds != nil && xds.ADS {
+		doc = append(doc, field{"dynamic_resources", object{{"ads_config", xds.apiConfigSource()}}})
+	}
+	return doc
 }
 
 func socketAddress(addr string, port uint32) object {

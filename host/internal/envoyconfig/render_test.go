@@ -48,10 +48,15 @@ func renderShippedFiles(t *testing.T) []renderedFile {
 	if err != nil {
 		t.Fatalf("RenderECDSResource: %v", err)
 	}
+	xdsBootstrap, err := RenderXDS(spec, exampleXDSSource())
+	if err != nil {
+		t.Fatalf("RenderXDS: %v", err)
+	}
 	return []renderedFile{
 		{"envoy.yaml", bootstrap},
 		{"envoy-ecds.yaml", ecdsBootstrap},
 		{"ecds/skewgate.yaml", resource},
+		{"envoy-xds.yaml", xdsBootstrap},
 	}
 }
 
@@ -91,6 +96,7 @@ func TestShippedEnvoyFilesPassEnvoyValidationAndInvariants(t *testing.T) {
 	}{
 		{"envoy.yaml", nil},
 		{"envoy-ecds.yaml", ecdsWasm},
+		{"envoy-xds.yaml", ecdsWasm},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := checkBootstrap(readShipped(t, tc.name), tc.ecdsWasm); err != nil {

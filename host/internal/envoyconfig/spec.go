@@ -1,8 +1,10 @@
 // Package envoyconfig renders the Envoy configuration that runs skewgate's
 // proxy-wasm plugin in front of a set of kube-apiservers: a static bootstrap
 // with the plugin inline (Render), a bootstrap that receives the plugin through
-// file-based ECDS (RenderECDS), and the ECDS resource file a controller rewrites
-// to push new plugin configuration (RenderECDSResource, WriteECDSFile).
+// file-based ECDS (RenderECDS), the ECDS resource file a controller rewrites
+// to push new plugin configuration (RenderECDSResource, WriteECDSFile), and a
+// bootstrap that receives the same resource (RenderExtensionConfig) from a
+// gRPC management server (RenderXDS).
 //
 // Output is deterministic: the same Spec always yields the same bytes, so a
 // rendered file can be checked in and compared.
