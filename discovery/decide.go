@@ -9,9 +9,11 @@ import (
 // Request is what Decide needs to know about an HTTP request.
 type Request struct {
 	Method string
-	// Path is the decoded URL path. The query is not needed: it never changes
-	// which resource a request addresses.
+	// Path is the decoded URL path.
 	Path string
+	// Query is the raw query; only the hash of an OpenAPI v3 document URL is
+	// read from it (a query never changes which resource a request addresses).
+	Query string
 	// Accept and IfNoneMatch are the header values ("" when absent).
 	Accept, IfNoneMatch string
 	// PeerProxied is true only when the operator trusts an inbound
@@ -91,6 +93,9 @@ func (ix *Index) Decide(req *Request, pick uint64) Decision {
 		d.Action, d.Server = ix.anyServer(pick)
 		return d
 	}
+	if d, ok := ix.decideOpenAPI(req, pick); ok {
+		return d
+	}
 	target, capable := ix.lookup(req)
 	d := ix.route(capable, pick)
 	// Only resource requests carry the peer-proxied mark; discovery documents
@@ -107,6 +112,9 @@ func (ix *Index) Decide(req *Request, pick uint64) Decision {
 func (ix *Index) Capable(req *Request) ServerSet {
 	if isDiscoveryRoot(req) {
 		return 0
+	}
+	if set, ok := ix.openAPICapable(req); ok {
+		return set
 	}
 	_, capable := ix.lookup(req)
 	return capable

@@ -20,7 +20,12 @@ func ETag(l GroupList) string {
 		return b[:0]
 	})
 	h.Write(buf)
-	sum := h.Sum()
+	return quotedHex(h.Sum())
+}
+
+// quotedHex is a SHA-512 sum as kube-apiserver writes entity tags: uppercase
+// hex in double quotes.
+func quotedHex(sum [64]byte) string {
 	var tag [2*len(sum) + 2]byte
 	tag[0] = '"'
 	for i, b := range sum {

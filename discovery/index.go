@@ -45,6 +45,9 @@ type Document struct {
 	Body []byte
 	// ETag is the quoted entity tag upstream computes for the same content.
 	ETag string
+	// ContentType and CacheControl are the headers upstream answers with;
+	// CacheControl may be empty.
+	ContentType, CacheControl string
 }
 
 // Index answers "who serves this?" for one snapshot. It is built once per
@@ -57,11 +60,12 @@ type Index struct {
 	preferred int
 	// gvr and gv come from every server's /apis and /api; group holds, per API
 	// group, the servers that serve every version of it that any server serves.
-	gvr   map[groupVersionResource]ServerSet
-	gv    map[groupVersion]ServerSet
-	group map[string]ServerSet
-	apis  Document
-	api   Document
+	gvr     map[groupVersionResource]ServerSet
+	gv      map[groupVersion]ServerSet
+	group   map[string]ServerSet
+	apis    Document
+	api     Document
+	openAPI openAPIIndex
 }
 
 // NewIndex validates the snapshot, then builds the capability maps and the
@@ -98,6 +102,7 @@ func NewIndex(snap *Snapshot) (*Index, error) {
 		}
 	}
 	ix.indexGroups()
+	ix.buildOpenAPI()
 	ix.apis = mergedDocument(snap.Servers, func(s *Server) []Group { return s.APIs.Items })
 	ix.api = mergedDocument(snap.Servers, func(s *Server) []Group { return s.Core.Items })
 	return ix, nil
@@ -136,8 +141,11 @@ func mergedDocument(servers []Server, groupsOf func(*Server) []Group) Document {
 	}
 	lowest := slices.MinFunc(in, func(a, b ServerGroups) int { return cmp.Compare(a.ServerID, b.ServerID) })
 	merged := GroupList{Items: MergeGroups(in, lowest.ServerID)}
-	return Document{Body: ResponseBody(merged), ETag: ETag(merged)}
+	return Document{Body: ResponseBody(merged), ETag: ETag(merged), ContentType: AggregatedDiscoveryJSON, CacheControl: "public"}
 }
+
+// AggregatedDiscoveryJSON is the media type of the merged /apis and /api.
+const AggregatedDiscoveryJSON = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 
 // Snapshot returns the snapshot the index was built from.
 func (ix *Index) Snapshot() *Snapshot { return ix.snap }

@@ -42,6 +42,9 @@ type Server struct {
 	// APIs and Core are the server's own (nopeer) /apis and /api documents.
 	APIs GroupList
 	Core GroupList
+	// OpenAPI is the server's GET /openapi/v3 index sorted by path; nil when
+	// the snapshot does not carry it.
+	OpenAPI []OpenAPIPath
 }
 
 // ParseSnapshot decodes and validates a snapshot document (format in the package
@@ -128,6 +131,13 @@ func parseServer(i int, s gjson.Result) (Server, error) {
 			return Server{}, fmt.Errorf("snapshot: %s: %s: %w", where, f.name, err)
 		}
 		*f.dst = list
+	}
+	if v := s.Get("openapiV3"); v.Exists() {
+		paths, err := parseOpenAPIIndex(v)
+		if err != nil {
+			return Server{}, fmt.Errorf("snapshot: %s: openapiV3: %w", where, err)
+		}
+		srv.OpenAPI = paths
 	}
 	return srv, nil
 }

@@ -15,6 +15,9 @@ type Server struct {
 	Healthy              bool
 	// Groups maps "group/version" to resource names; the core group is "/v1".
 	Groups map[string][]string
+	// OpenAPI maps the paths of the server's /openapi/v3 index ("apis/apps/v1")
+	// to their hashes; nil leaves the index out of the snapshot.
+	OpenAPI map[string]string
 }
 
 // commonAPIs is what every server of the skewed control plane serves.
@@ -36,14 +39,14 @@ var commonAPIs = map[string][]string{
 // serve mutatingadmissionpolicies; only kube-c serves coordination.k8s.io/v1alpha2.
 func SkewedControlPlane() []Server {
 	return []Server{
-		{"apiserver-aaa", "kube-a", "v1.35.4", true, withAPIs(nil)},
+		{"apiserver-aaa", "kube-a", "v1.35.4", true, withAPIs(nil), nil},
 		{"apiserver-bbb", "kube-b", "v1.36.3", true, withAPIs(map[string][]string{
 			"admissionregistration.k8s.io/v1": {"mutatingadmissionpolicies"},
-		})},
+		}), nil},
 		{"apiserver-ccc", "kube-c", "v1.36.3", true, withAPIs(map[string][]string{
 			"admissionregistration.k8s.io/v1": {"mutatingadmissionpolicies"},
 			"coordination.k8s.io/v1alpha2":    {"leasecandidates"},
-		})},
+		}), nil},
 	}
 }
 
@@ -112,7 +115,12 @@ func GroupListJSON(groups map[string][]string, core bool) json.RawMessage {
 func SnapshotJSON(generation uint64, servers []Server) json.RawMessage {
 	members := make([]Member, 0, len(servers))
 	for _, s := range servers {
-		members = append(members, Member{s.ID, s.Cluster, s.Version, s.Healthy, GroupListJSON(s.Groups, false), GroupListJSON(s.Groups, true)})
+		m := Member{ID: s.ID, Cluster: s.Cluster, Version: s.Version, Healthy: s.Healthy,
+			APIs: GroupListJSON(s.Groups, false), API: GroupListJSON(s.Groups, true)}
+		if s.OpenAPI != nil {
+			m.OpenAPIV3 = OpenAPIIndexJSON(s.OpenAPI)
+		}
+		members = append(members, m)
 	}
 	return RenderSnapshot(generation, members)
 }
@@ -137,6 +145,37 @@ type Member struct {
 	Healthy bool            `json:"healthy"`
 	APIs    json.RawMessage `json:"apis"`
 	API     json.RawMessage `json:"api"`
+	// OpenAPIV3 is the server's /openapi/v3 index, when the snapshot has it.
+	OpenAPIV3 json.RawMessage `json:"openapiV3,omitempty"`
+}
+
+// OpenAPIIndexJSON renders a /openapi/v3 index as kube-apiserver writes it:
+// per path, the server-relative URL carrying the path's hash.
+func OpenAPIIndexJSON(hashes map[string]string) json.RawMessage {
+	type entry struct {
+		ServerRelativeURL string `json:"serverRelativeURL"`
+	}
+	paths := make(map[string]entry, len(hashes))
+	for path, hash := range hashes {
+		paths[path] = entry{"/openapi/v3/" + path + "?hash=" + hash}
+	}
+	return mustMarshal(map[string]any{"paths": paths})
+}
+
+// OpenAPIPaths are the paths of the /openapi/v3 index of a server serving
+// groups (Server.Groups), as kube-apiserver lists them: every group version
+// plus the non-resource paths every server has.
+func OpenAPIPaths(groups map[string][]string) []string {
+	paths := []string{".well-known/openid-configuration", "api", "apis", "logs", "openid/v1/jwks", "version"}
+	for gv := range groups {
+		if g, v, _ := strings.Cut(gv, "/"); g == "" {
+			paths = append(paths, "api/"+v)
+		} else {
+			paths = append(paths, "apis/"+gv)
+		}
+	}
+	slices.Sort(paths)
+	return paths
 }
 
 // RenderSnapshot renders a snapshot document (the format of discovery/doc.go).

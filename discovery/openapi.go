@@ -1,0 +1,398 @@
+package discovery
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+const (
+	openAPIV3Root   = "/openapi/v3"
+	openAPIV3Prefix = openAPIV3Root + "/"
+	openAPIV2Path   = "/openapi/v2"
+	openAPIHashSep  = "?hash="
+)
+
+// OpenAPIPath is one entry of a server's GET /openapi/v3 index: a path such as
+// "apis/apps/v1" and the server-relative URL of its document,
+// "/openapi/v3/<path>?hash=<hash>", the hash naming the document's content.
+type OpenAPIPath struct {
+	Path, URL string
+}
+
+// Hash is the hash query value of the entry's URL.
+func (p *OpenAPIPath) Hash() string {
+	return p.URL[len(openAPIV3Prefix)+len(p.Path)+len(openAPIHashSep):]
+}
+
+// ParseOpenAPIIndex decodes a server's GET /openapi/v3 answer
+// ({"paths":{"<path>":{"serverRelativeURL":"..."}}}) into its entries sorted by
+// path. Every URL must be the one kube-apiserver writes for its path:
+// "/openapi/v3/<path>?hash=<hash>", the hash letters and digits only.
+func ParseOpenAPIIndex(raw []byte) ([]OpenAPIPath, error) {
+	if !gjson.ValidBytes(raw) {
+		return nil, fmt.Errorf("not valid JSON")
+	}
+	return parseOpenAPIIndex(gjson.ParseBytes(raw))
+}
+
+func parseOpenAPIIndex(doc gjson.Result) ([]OpenAPIPath, error) {
+	paths := doc.Get("paths")
+	if !doc.IsObject() || !paths.IsObject() {
+		return nil, fmt.Errorf("paths: must be an object, got %s", describeRaw(paths))
+	}
+	var out []OpenAPIPath
+	var err error
+	// One level of iteration; the entries are read with Get, so the call depth
+	// is the same for any index.
+	paths.ForEach(func(k, v gjson.Result) bool {
+		url := v.Get("serverRelativeURL")
+		if url.Type != gjson.String {
+			err = fmt.Errorf("paths[%q]: serverRelativeURL: must be a string, got %s", k.Str, describeRaw(url))
+			return false
+		}
+		entry := OpenAPIPath{Path: k.Str, URL: url.Str}
+		err = checkOpenAPIPath(&entry)
+		out = append(out, entry)
+		return err == nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b OpenAPIPath) int { return strings.Compare(a.Path, b.Path) })
+	for i := 1; i < len(out); i++ {
+		if out[i].Path == out[i-1].Path {
+			return nil, fmt.Errorf("paths[%q]: listed twice", out[i].Path)
+		}
+	}
+	return out, nil
+}
+
+func checkOpenAPIPath(p *OpenAPIPath) error {
+	if err := checkToken("path", p.Path); err != nil {
+		return fmt.Errorf("paths: %w", err)
+	}
+	if p.Path[0] == '/' || strings.ContainsAny(p.Path, "?#%") {
+		return fmt.Errorf("paths[%q]: not a path below %s", p.Path, openAPIV3Prefix)
+	}
+	want := openAPIV3Prefix + p.Path + openAPIHashSep
+	if !strings.HasPrefix(p.URL, want) || len(p.URL) == len(want) {
+		return fmt.Errorf("paths[%q]: serverRelativeURL: %q is not %s<hash>", p.Path, p.URL, want)
+	}
+	for _, c := range []byte(p.Hash()) {
+		if !(c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z') {
+			return fmt.Errorf("paths[%q]: serverRelativeURL: hash %q: letters and digits only", p.Path, p.Hash())
+		}
+	}
+	return nil
+}
+
+// openAPIKey names one published document: a path and its hash.
+type openAPIKey struct{ path, hash string }
+
+// openAPIIndex is the OpenAPI part of an Index: who publishes which document,
+// where each path goes, and the merged index document.
+type openAPIIndex struct {
+	// published holds, per path and hash, the servers that published them.
+	published map[openAPIKey]ServerSet
+	// paths holds every listed path's publishers and chosen server.
+	paths map[string]openAPIPathRoute
+	// document is the merged /openapi/v3 index; nil when no server in the
+	// snapshot has one, and then the servers answer for themselves.
+	document *Document
+	// v2 is the server that answers GET /openapi/v2, -1 without servers.
+	v2 int
+}
+
+// openAPIPathRoute is where the requests for one listed path go.
+type openAPIPathRoute struct {
+	publishers ServerSet
+	// chosen is the server the merged index points at and that requests
+	// without a published hash go to.
+	chosen int
+}
+
+// buildOpenAPI indexes every server's OpenAPI v3 entries and makes the
+// deterministic choices RATIONALE.md explains: for a path, among the healthy
+// servers publishing it (all publishing ones while none is healthy), the
+// preferred server, else the newest version, else the lowest ID; for
+// /openapi/v2, the server serving the most group-versions, ties broken the
+// same way. Only sets and server IDs decide, never the order servers come in.
+func (ix *Index) buildOpenAPI() {
+	o := &ix.openAPI
+	o.published = make(map[openAPIKey]ServerSet)
+	o.paths = make(map[string]openAPIPathRoute)
+	servers := ix.snap.Servers
+	for i := range servers {
+		for j := range servers[i].OpenAPI {
+			p := &servers[i].OpenAPI[j]
+			o.published[openAPIKey{p.Path, p.Hash()}] |= 1 << uint(i)
+			r := o.paths[p.Path]
+			r.publishers |= 1 << uint(i)
+			o.paths[p.Path] = r
+		}
+	}
+	paths := make([]string, 0, len(o.paths))
+	for path, r := range o.paths {
+		paths = append(paths, path)
+		r.chosen = ix.best(ix.healthyOr(r.publishers), nil)
+		o.paths[path] = r
+	}
+	slices.Sort(paths)
+	if len(paths) > 0 {
+		body := append(make([]byte, 0, 256*len(paths)), `{"paths":{`...)
+		for n, path := range paths {
+			if n > 0 {
+				body = append(body, ',')
+			}
+			body = appendJSONString(body, path)
+			body = append(body, `:{"serverRelativeURL":`...)
+			body = appendJSONString(body, servers[o.paths[path].chosen].openAPIURL(path))
+			body = append(body, '}')
+		}
+		body = append(body, "}}"...)
+		h := NewSHA512()
+		h.Write(body)
+		o.document = &Document{Body: body, ETag: quotedHex(h.Sum()), ContentType: "application/json"}
+	}
+	coverage := make([]int, len(servers))
+	for _, set := range ix.gv {
+		for i := range servers {
+			if set.Has(i) {
+				coverage[i]++
+			}
+		}
+	}
+	o.v2 = ix.best(ix.healthyOr(ix.all), coverage)
+}
+
+// healthyOr is the healthy part of set, or set itself when none of it is.
+func (ix *Index) healthyOr(set ServerSet) ServerSet {
+	if h := set & ix.healthy; h != 0 {
+		return h
+	}
+	return set
+}
+
+// best picks from a non-empty set: the highest score (when scores are given),
+// then the preferred server, then the newest version, then the lowest ID.
+func (ix *Index) best(set ServerSet, score []int) int {
+	servers := ix.snap.Servers
+	best := -1
+	for i := range servers {
+		if !set.Has(i) {
+			continue
+		}
+		if best < 0 {
+			best = i
+			continue
+		}
+		c := 0
+		if score != nil {
+			c = score[i] - score[best]
+		}
+		if c == 0 {
+			c = boolInt(i == ix.preferred) - boolInt(best == ix.preferred)
+		}
+		if c == 0 {
+			c = compareVersions(servers[i].Version, servers[best].Version)
+		}
+		if c > 0 || c == 0 && servers[i].ID < servers[best].ID {
+			best = i
+		}
+	}
+	return best
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// openAPIURL is the URL the server published for path.
+func (s *Server) openAPIURL(path string) string {
+	i, _ := slices.BinarySearchFunc(s.OpenAPI, path, func(p OpenAPIPath, path string) int { return strings.Compare(p.Path, path) })
+	return s.OpenAPI[i].URL
+}
+
+// compareVersions orders gitVersions ("v1.36.3", "v1.35.0-rc.1+abc") by their
+// major, minor and patch numbers; what does not parse sorts first.
+func compareVersions(a, b string) int {
+	va, vb := versionNumbers(a), versionNumbers(b)
+	for i := range va {
+		if va[i] != vb[i] {
+			if va[i] > vb[i] {
+				return 1
+			}
+			return -1
+		}
+	}
+	return 0
+}
+
+func versionNumbers(v string) (n [3]int) {
+	v, ok := strings.CutPrefix(v, "v")
+	for i := 0; ok && i < len(n); i++ {
+		j := 0
+		for j < len(v) && v[j] >= '0' && v[j] <= '9' && n[i] < 1e6 {
+			n[i] = 10*n[i] + int(v[j]-'0')
+			j++
+		}
+		ok = j > 0
+		v = v[j:]
+		if i < 2 {
+			v, ok = strings.CutPrefix(v, ".")
+			ok = ok && j > 0
+		}
+	}
+	if !ok {
+		return [3]int{}
+	}
+	return n
+}
+
+// decideOpenAPI routes the OpenAPI endpoints; ok is false for any other
+// request and for a path no server's index lists, which the servers then
+// answer as before.
+func (ix *Index) decideOpenAPI(req *Request, pick uint64) (d Decision, ok bool) {
+	if req.Method != "GET" && req.Method != "HEAD" {
+		return d, false
+	}
+	o := &ix.openAPI
+	switch {
+	case req.Path == openAPIV2Path:
+		if o.v2 < 0 {
+			return d, false
+		}
+		return Decision{Action: Route, Server: o.v2}, true
+	case req.Path == openAPIV3Root:
+		if o.document == nil {
+			return d, false
+		}
+		if ifNoneMatchMatches(req.IfNoneMatch, o.document.ETag) {
+			return Decision{Action: NotModified, Document: o.document}, true
+		}
+		return Decision{Action: ServeDocument, Document: o.document}, true
+	case !strings.HasPrefix(req.Path, openAPIV3Prefix):
+		return d, false
+	}
+	path := req.Path[len(openAPIV3Prefix):]
+	route, listed := o.paths[path]
+	if !listed {
+		return d, false
+	}
+	// Whoever published the hash serves exactly those bytes: the immutable
+	// caching kube-apiserver promises for a hashed URL stays true.
+	if hash := queryValue(req.Query, "hash"); hash != "" {
+		healthy := ix.healthy
+		if healthy == 0 {
+			healthy = ix.all
+		}
+		if set := o.published[openAPIKey{path, hash}] & healthy; set != 0 {
+			if ix.preferred >= 0 && set.Has(ix.preferred) {
+				return Decision{Action: Route, Server: ix.preferred}, true
+			}
+			return Decision{Action: Route, Server: set.Pick(pick)}, true
+		}
+	}
+	if ix.healthy != 0 && !ix.healthy.Has(route.chosen) {
+		// Only servers that are down publish it.
+		d.Action = Unavailable
+		d.Group, d.Version = openAPIGroupVersion(path)
+		return d, true
+	}
+	return Decision{Action: Route, Server: route.chosen}, true
+}
+
+// openAPICapable is, for an OpenAPI v3 document the index lists, the servers
+// that publish what Decide routes by: the requested hash, else the path.
+func (ix *Index) openAPICapable(req *Request) (set ServerSet, ok bool) {
+	path, isDoc := strings.CutPrefix(req.Path, openAPIV3Prefix)
+	if !isDoc || req.Method != "GET" && req.Method != "HEAD" {
+		return 0, false
+	}
+	route, listed := ix.openAPI.paths[path]
+	if !listed {
+		return 0, false
+	}
+	if set := ix.openAPI.published[openAPIKey{path, queryValue(req.Query, "hash")}]; set != 0 {
+		return set, true
+	}
+	return route.publishers, true
+}
+
+// openAPIGroupVersion names what an OpenAPI v3 path describes, for the 503
+// message.
+func openAPIGroupVersion(path string) (group, version string) {
+	if rest, ok := strings.CutPrefix(path, "apis/"); ok {
+		group, version, _ = strings.Cut(rest, "/")
+		return group, version
+	}
+	if rest, ok := strings.CutPrefix(path, "api/"); ok {
+		return "", rest
+	}
+	return "", openAPIV3Prefix + path
+}
+
+// queryValue is what Go's url.Values.Get returns for key after
+// url.ParseQuery(rawQuery), as kube-apiserver reads the hash: the first
+// well-formed pair with that key, unescaped.
+func queryValue(rawQuery, key string) string {
+	for rawQuery != "" {
+		var pair string
+		pair, rawQuery, _ = strings.Cut(rawQuery, "&")
+		if pair == "" || strings.IndexByte(pair, ';') >= 0 {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		if k, ok := queryUnescape(k); !ok || k != key {
+			continue
+		}
+		if v, ok := queryUnescape(v); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// queryUnescape decodes '+' and %XX as url.QueryUnescape does; it allocates
+// only when there is something to decode.
+func queryUnescape(s string) (string, bool) {
+	if strings.IndexAny(s, "%+") < 0 {
+		return s, true
+	}
+	buf := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '+':
+			buf = append(buf, ' ')
+		case c != '%':
+			buf = append(buf, c)
+		case i+2 >= len(s) || unhexDigit(s[i+1]) < 0 || unhexDigit(s[i+2]) < 0:
+			return "", false
+		default:
+			buf = append(buf, byte(unhexDigit(s[i+1])<<4|unhexDigit(s[i+2])))
+			i += 2
+		}
+	}
+	return string(buf), true
+}
+
+// ifNoneMatchMatches is net/http's If-None-Match test, which kube-apiserver
+// answers /openapi/v3 with (http.ServeContent): "*", or any tag of the list
+// equal to etag when weakness is ignored.
+func ifNoneMatchMatches(header, etag string) bool {
+	for header != "" {
+		var tag string
+		tag, header, _ = strings.Cut(header, ",")
+		tag = strings.TrimSpace(tag)
+		if tag == "*" || strings.TrimPrefix(tag, "W/") == strings.TrimPrefix(etag, "W/") {
+			return true
+		}
+	}
+	return false
+}
