@@ -27,7 +27,6 @@ const (
 	headerRemoteGroup   = "x-remote-group"
 	headerRemoteUID     = "x-remote-uid"
 	prefixRemoteHeaders = "x-remote-"
-	discoveryJSONType   = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 )
 
 // headerCredentialID carries the x509 authenticator's credential-id extra:
@@ -181,9 +180,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 
 // request is what Decide needs; ok is false for a malformed request target.
 func (h *httpContext) request(in *inbound) (req discovery.Request, ok bool) {
-	path, _, ok := discovery.SplitRequestTarget(in.path)
+	path, query, ok := discovery.SplitRequestTarget(in.path)
 	return discovery.Request{
-		Method: in.method, Path: path,
+		Method: in.method, Path: path, Query: query,
 		Accept: in.accept, IfNoneMatch: in.ifNoneMatch,
 		PeerProxied: h.cfg.TrustPeerProxiedHeader && in.peerProxied == "true",
 	}, ok
@@ -340,21 +339,21 @@ func (h *httpContext) unauthorized() types.Action {
 
 const unauthorizedStatus = `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}`
 
-// serveDocument answers with the merged document. A HEAD answer carries the
+// serveDocument answers with a merged document. A HEAD answer carries the
 // body too: hosts take Content-Length from it and Envoy drops the body of a
 // local reply to HEAD itself.
 func (h *httpContext) serveDocument(d *discovery.Decision) types.Action {
 	doc := d.Document
-	headers := [][2]string{
-		{"etag", doc.ETag},
-		{"vary", "Accept"},
-		{"cache-control", "public"},
+	headers := make([][2]string, 2, 4)
+	headers[0], headers[1] = [2]string{"etag", doc.ETag}, [2]string{"vary", "Accept"}
+	if doc.CacheControl != "" {
+		headers = append(headers, [2]string{"cache-control", doc.CacheControl})
 	}
 	if d.Action == discovery.NotModified {
 		h.plugin.metrics.notModified.Increment(1)
 		return h.respond(304, headers, nil)
 	}
-	headers = append(headers, [2]string{"content-type", discoveryJSONType})
+	headers = append(headers, [2]string{"content-type", doc.ContentType})
 	h.plugin.metrics.discoveryServed.Increment(1)
 	return h.respond(200, headers, doc.Body)
 }
