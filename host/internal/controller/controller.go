@@ -77,6 +77,9 @@ type serverState struct {
 	failures   int
 	version    string
 	apis, core document
+	// openAPI is the server's /openapi/v3 index; a server without one (never
+	// fetched, or refused) still serves its APIs.
+	openAPI document
 	// lastErrors holds the failure reason per path, so that a persisting
 	// failure is logged once and its recovery too.
 	lastErrors map[string]string
@@ -87,7 +90,7 @@ func (s *serverState) complete() bool {
 }
 
 func (s *serverState) forgetDocuments() {
-	s.apis, s.core, s.version = document{}, document{}, ""
+	s.apis, s.core, s.openAPI, s.version = document{}, document{}, document{}, ""
 }
 
 // New validates opts and prepares a Controller; Run starts it.
@@ -465,6 +468,14 @@ func (c *Controller) probe(ctx context.Context, s *serverState, withDocuments bo
 		*d.doc = doc
 		c.fetchSucceeded(s, d.path)
 	}
+	// The OpenAPI index does not decide health: without it the merged index
+	// just lacks the server's paths.
+	if doc, ferr := c.fetcher.openAPIIndex(ctx, s.address, s.openAPI); ferr != nil {
+		c.fetchFailed(ctx, s, ferr)
+	} else {
+		s.openAPI = doc
+		c.fetchSucceeded(s, pathOpenAPI)
+	}
 	if !s.healthy && fresh {
 		s.healthy = true
 		c.log.Info("API server healthy", "address", s.address, "id", s.id, "version", s.version)
@@ -591,7 +602,7 @@ func encodeServers(servers []*serverState) []byte {
 	size := 2
 	for _, s := range servers {
 		// Documents plus room for the other members of the object.
-		size += len(s.apis.raw) + len(s.core.raw) + 2*len(s.id) + 2*len(s.cluster) + len(s.version) + 96
+		size += len(s.apis.raw) + len(s.core.raw) + len(s.openAPI.raw) + 2*len(s.id) + 2*len(s.cluster) + len(s.version) + 96
 	}
 	var b bytes.Buffer
 	b.Grow(size)
@@ -612,6 +623,10 @@ func encodeServers(servers []*serverState) []byte {
 		b.Write(s.apis.raw)
 		b.WriteString(`,"api":`)
 		b.Write(s.core.raw)
+		if s.openAPI.raw != nil {
+			b.WriteString(`,"openapiV3":`)
+			b.Write(s.openAPI.raw)
+		}
 		b.WriteByte('}')
 	}
 	b.WriteByte(']')

@@ -7,9 +7,9 @@
 // and the default/kubernetes EndpointSlices for servers that do not announce an
 // address. Every readiness interval (a second) each server's /readyz is
 // probed; every poll interval, and whenever an unhealthy server answers ready
-// again, it is also asked for /version, /apis and /api, because a server that
-// is still starting may serve incomplete discovery and one back from a
-// restart may be another version. Documents are revalidated with
+// again, it is also asked for /version, /apis, /api and the /openapi/v3 index,
+// because a server that is still starting may serve incomplete discovery and
+// one back from a restart may be another version. Documents are revalidated with
 // If-None-Match; any bad answer keeps the server's last good document.
 //
 // Liveness comes from the probes, not from lease age (a crashed server's lease

@@ -46,13 +46,25 @@ func aggregatedDocument(groups map[string][]string, core bool) fakeDocument {
 	return fakeDocument{status: http.StatusOK, contentType: aggregatedContentType, body: body, etag: etagOf(body)}
 }
 
+// openAPIIndexDocument is a /openapi/v3 index listing what a server of
+// version serving groups lists, each document's hash derived from the path and
+// the version.
+func openAPIIndexDocument(version string, groups map[string][]string) fakeDocument {
+	hashes := map[string]string{}
+	for _, path := range discoverytest.OpenAPIPaths(groups) {
+		hashes[path] = strings.Trim(etagOf([]byte(path+"@"+version)), `"`)
+	}
+	body := discoverytest.OpenAPIIndexJSON(hashes)
+	return fakeDocument{status: http.StatusOK, contentType: "application/json", body: body, etag: etagOf(body)}
+}
+
 func etagOf(body []byte) string {
 	sum := sha256.Sum256(body)
 	return `"` + strings.ToUpper(hex.EncodeToString(sum[:])) + `"`
 }
 
-// fakeAPIServer is an HTTPS server answering /readyz, /version, /apis and /api
-// the way kube-apiserver does, authenticating the controller either as a front
+// fakeAPIServer is an HTTPS server answering /readyz, /version, /apis, /api
+// and /openapi/v3 the way kube-apiserver does, authenticating the controller either as a front
 // proxy (client certificate from the front-proxy CA plus X-Remote-* headers) or
 // by bearer token.
 type fakeAPIServer struct {
@@ -107,8 +119,9 @@ func newFakeAPIServer(t *testing.T, pki *testPKI, version string, groups map[str
 		ready:   true,
 		version: version,
 		docs: map[string]fakeDocument{
-			pathAPIs: aggregatedDocument(groups, false),
-			pathCore: aggregatedDocument(groups, true),
+			pathAPIs:    aggregatedDocument(groups, false),
+			pathCore:    aggregatedDocument(groups, true),
+			pathOpenAPI: openAPIIndexDocument(version, groups),
 		},
 		requests:    map[string]int{},
 		notModified: map[string]int{},
@@ -184,7 +197,7 @@ func (f *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case pathVersion:
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]string{"major": "1", "gitVersion": f.version, "platform": "linux/amd64"})
-	case pathAPIs, pathCore:
+	case pathAPIs, pathCore, pathOpenAPI:
 		doc := f.docs[r.URL.Path]
 		if doc.etag != "" && r.Header.Get("If-None-Match") == doc.etag {
 			f.notModified[r.URL.Path]++

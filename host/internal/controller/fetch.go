@@ -31,6 +31,7 @@ const (
 	pathVersion = "/version"
 	pathAPIs    = "/apis"
 	pathCore    = "/api"
+	pathOpenAPI = "/openapi/v3"
 )
 
 // Why a request failed; the values label the fetch error metric.
@@ -212,6 +213,29 @@ func (f *fetcher) document(ctx context.Context, address, path string, cached doc
 	}
 	if err := checkPlacement(path, list); err != nil {
 		return cached, &fetchError{path, reasonMalformed, err}
+	}
+	return document{raw: resp.body, etag: resp.etag}, nil
+}
+
+// openAPIIndex fetches the server's /openapi/v3 index, revalidating cached with
+// If-None-Match; an answer the snapshot could not carry keeps cached.
+func (f *fetcher) openAPIIndex(ctx context.Context, address string, cached document) (document, *fetchError) {
+	var ifNoneMatch string
+	if cached.raw != nil {
+		ifNoneMatch = cached.etag
+	}
+	resp, ferr := f.get(ctx, address, pathOpenAPI, "application/json", ifNoneMatch)
+	if ferr != nil {
+		return cached, ferr
+	}
+	switch {
+	case resp.status == http.StatusNotModified && ifNoneMatch != "":
+		return cached, nil
+	case resp.status != http.StatusOK:
+		return cached, &fetchError{pathOpenAPI, reasonStatus, fmt.Errorf("HTTP %d", resp.status)}
+	}
+	if _, err := discovery.ParseOpenAPIIndex(resp.body); err != nil {
+		return cached, &fetchError{pathOpenAPI, reasonMalformed, err}
 	}
 	return document{raw: resp.body, etag: resp.etag}, nil
 }

@@ -1,0 +1,73 @@
+package controller
+
+import (
+	"bytes"
+	"net/http"
+	"testing"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/discovery/discoverytest"
+)
+
+func TestSnapshotCarriesEveryServersOpenAPIIndexVerbatim(t *testing.T) {
+	pki, a, b := newSkewedPair(t)
+	c := startController(t, testOptions(pki, &recorder{}, a, b))
+	waitUntil(t, "Ready", c.Ready)
+	raw, snap := c.Current()
+	for _, srv := range []*fakeAPIServer{a, b} {
+		index := srv.document(pathOpenAPI).body
+		if !bytes.Contains(raw, append([]byte(`"openapiV3":`), index...)) {
+			t.Errorf("%s: /openapi/v3 is not embedded byte for byte", srv.address)
+		}
+		want, err := discovery.ParseOpenAPIIndex(index)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := serverByID(snap, ClusterName(srv.address)).OpenAPI
+		if len(got) != len(want) || got[0] != want[0] {
+			t.Errorf("%s: snapshot holds %d OpenAPI paths, want the %d it served", srv.address, len(got), len(want))
+		}
+	}
+	waitUntil(t, "the index revalidated with If-None-Match", func() bool { return a.notModifiedCount(pathOpenAPI) > 0 })
+}
+
+// The index does not decide health: a server without one (an error, or an
+// answer the snapshot cannot carry) keeps serving its APIs, and a bad answer
+// keeps the last good index.
+func TestBadOpenAPIIndexKeepsTheLastGoodOneAndTheServerHealthy(t *testing.T) {
+	plane := discoverytest.SkewedControlPlane()
+	for _, tc := range []struct {
+		name   string
+		doc    fakeDocument
+		reason string
+	}{
+		{"hash that is no hash", fakeDocument{status: http.StatusOK, contentType: "application/json",
+			body: discoverytest.OpenAPIIndexJSON(map[string]string{"api/v1": "A&B"})}, reasonMalformed},
+		{"not found", fakeDocument{status: http.StatusNotFound, contentType: "text/plain", body: []byte("404 page not found")}, reasonStatus},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pki := newTestPKI(t)
+			a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
+			good := a.document(pathOpenAPI).body
+			c := startController(t, testOptions(pki, &recorder{}, a))
+			waitUntil(t, "Ready", c.Ready)
+			tc.doc.etag = `"bad-answer"`
+			a.setDocument(pathOpenAPI, tc.doc)
+			series := fetchErrorSeries(a.address, pathOpenAPI, tc.reason)
+			waitUntil(t, series+" >= 3", func() bool { return metricValue(t, c, series) >= 3 })
+			raw, snap := c.Current()
+			if !bytes.Contains(raw, good) || !snap.Servers[0].Healthy {
+				t.Errorf("after bad /openapi/v3 answers: last good index kept %v, healthy %v; want both", bytes.Contains(raw, good), snap.Servers[0].Healthy)
+			}
+		})
+	}
+
+	pki := newTestPKI(t)
+	a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
+	a.setDocument(pathOpenAPI, fakeDocument{status: http.StatusForbidden, contentType: "application/json", body: []byte(`{}`)})
+	c := startController(t, testOptions(pki, &recorder{}, a))
+	waitUntil(t, "Ready", c.Ready)
+	if _, snap := c.Current(); !snap.Servers[0].Healthy || snap.Servers[0].OpenAPI != nil {
+		t.Errorf("server never serving its index: healthy %v, %d OpenAPI paths; want healthy, none", snap.Servers[0].Healthy, len(snap.Servers[0].OpenAPI))
+	}
+}
