@@ -321,6 +321,12 @@ func (c *Cluster) apiserverArgs(s *apiServer) []string {
 		// address. Nothing here needs that Service; the peer endpoint leases used by the mixed version
 		// proxy come from a separate reconciler.
 		"--endpoint-reconciler-type=none",
+		// Exec, attach, port-forward and logs reach kubelets (Kubelet) over verified TLS, at the
+		// node address kubeadm prefers.
+		"--kubelet-client-certificate=" + f.KubeletClientCert,
+		"--kubelet-client-key=" + f.KubeletClientKey,
+		"--kubelet-certificate-authority=" + f.CACert,
+		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 	}
 	gates := maps.Clone(s.spec.FeatureGates)
 	if s.spec.MVP {

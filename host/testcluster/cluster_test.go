@@ -37,6 +37,7 @@ func testClusterForArgs() *Cluster {
 		pki: &PKI{Files: PKIFiles{
 			CACert: "ca.crt", ServingCert: "serving.crt", ServingKey: "serving.key",
 			FrontProxyCACert: "fp-ca.crt", FrontProxyClientCert: "fp.crt", FrontProxyClientKey: "fp.key",
+			KubeletClientCert: "kubelet-client.crt", KubeletClientKey: "kubelet-client.key",
 			ServiceAccountKey: "sa.key", ServiceAccountPub: "sa.pub", Tokens: "tokens.csv",
 		}},
 	}
@@ -67,6 +68,10 @@ func TestAPIServerArgsWireAuthenticationAndPeerFlags(t *testing.T) {
 		"--service-account-signing-key-file=sa.key",
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--endpoint-reconciler-type=none",
+		"--kubelet-client-certificate=kubelet-client.crt",
+		"--kubelet-client-key=kubelet-client.key",
+		"--kubelet-certificate-authority=ca.crt",
+		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 	}
 	for _, tc := range []struct {
 		name string

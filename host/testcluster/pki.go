@@ -24,6 +24,11 @@ const ServingServerName = "kubernetes.default.svc"
 // the servers accept request-header identities from.
 const FrontProxyClientName = "front-proxy-client"
 
+// KubeletClientName is the common name of the client certificate the API servers present to
+// kubelets (--kubelet-client-certificate), as kubeadm names it; the stand-in kubelet serves no
+// other client.
+const KubeletClientName = "kube-apiserver-kubelet-client"
+
 // Identities behind the generated credentials.
 const (
 	AdminUser        = "skewgate-admin"
@@ -41,6 +46,7 @@ type PKIFiles struct {
 	FrontProxyCACert                          string
 	FrontProxyClientCert, FrontProxyClientKey string
 	AdminCert, AdminKey                       string
+	KubeletClientCert, KubeletClientKey       string
 	// AdminToken holds the admin bearer token alone, for clients that read their token from a file.
 	AdminToken                           string
 	ServiceAccountKey, ServiceAccountPub string
@@ -56,9 +62,11 @@ type PKI struct {
 	Serving          tls.Certificate
 	FrontProxyClient tls.Certificate
 	Admin            tls.Certificate
-	AdminToken       string
-	UserToken        string
-	Files            PKIFiles
+	// KubeletClient is what the API servers authenticate with at kubelets.
+	KubeletClient tls.Certificate
+	AdminToken    string
+	UserToken     string
+	Files         PKIFiles
 
 	// PEM encodings kept for kubeconfigs and rest.Configs.
 	caPEM, adminCertPEM, adminKeyPEM []byte
@@ -94,6 +102,10 @@ func newPKI(dir string, oneCA bool) (*PKI, error) {
 	if err != nil {
 		return nil, err
 	}
+	kubeletClient, err := ca.Client(pkix.Name{CommonName: KubeletClientName})
+	if err != nil {
+		return nil, err
+	}
 	serviceAccountKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -117,6 +129,7 @@ func newPKI(dir string, oneCA bool) (*PKI, error) {
 		Serving:          serving.TLSCertificate(),
 		FrontProxyClient: frontProxyClient.TLSCertificate(),
 		Admin:            admin.TLSCertificate(),
+		KubeletClient:    kubeletClient.TLSCertificate(),
 		AdminToken:       adminToken,
 		UserToken:        userToken,
 		caPEM:            ca.CertPEM(),
@@ -148,6 +161,9 @@ func newPKI(dir string, oneCA bool) (*PKI, error) {
 		return nil, err
 	}
 	if p.Files.AdminCert, p.Files.AdminKey, err = admin.WriteFiles(dir, "admin"); err != nil {
+		return nil, err
+	}
+	if p.Files.KubeletClientCert, p.Files.KubeletClientKey, err = kubeletClient.WriteFiles(dir, "kubelet-client"); err != nil {
 		return nil, err
 	}
 

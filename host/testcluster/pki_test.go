@@ -124,6 +124,7 @@ func TestPKIKeyUsagesAndNamesMatchEachCertificatesRole(t *testing.T) {
 		{"serving", p.Serving.Leaf, false, x509.KeyUsageDigitalSignature, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}},
 		{"admin", p.Admin.Leaf, false, x509.KeyUsageDigitalSignature, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
 		{"front-proxy client", p.FrontProxyClient.Leaf, false, x509.KeyUsageDigitalSignature, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
+		{"kubelet client", p.KubeletClient.Leaf, false, x509.KeyUsageDigitalSignature, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.cert.IsCA != tc.isCA || !tc.cert.BasicConstraintsValid && tc.isCA {
@@ -150,6 +151,7 @@ func TestPKIFilesAreReadableByTheServersAndPrivate(t *testing.T) {
 	f := p.Files
 	for _, pair := range [][2]string{
 		{f.ServingCert, f.ServingKey}, {f.FrontProxyClientCert, f.FrontProxyClientKey}, {f.AdminCert, f.AdminKey},
+		{f.KubeletClientCert, f.KubeletClientKey},
 	} {
 		if _, err := tls.LoadX509KeyPair(pair[0], pair[1]); err != nil {
 			t.Errorf("loading %s: %v", pair[0], err)
@@ -209,7 +211,7 @@ func TestPKIFilesAreReadableByTheServersAndPrivate(t *testing.T) {
 		}
 	}
 
-	for _, path := range []string{f.CACert, f.ServingKey, f.FrontProxyClientKey, f.AdminKey, f.ServiceAccountKey, f.Tokens, f.AdminToken} {
+	for _, path := range []string{f.CACert, f.ServingKey, f.FrontProxyClientKey, f.AdminKey, f.KubeletClientKey, f.ServiceAccountKey, f.Tokens, f.AdminToken} {
 		info, err := os.Stat(path)
 		if err != nil {
 			t.Fatal(err)
