@@ -25,3 +25,18 @@ func TestDiscoveryDependsOnStandardLibraryAndGJSONOnly(t *testing.T) {
 		}
 	}
 }
+
+// net/url's package initialisation alone (net/netip, unique) costs the plugin
+// 100 KB of its 4 MiB budget, so discovery decodes queries and prints URLs
+// itself.
+func TestDiscoveryDoesNotImportNetURL(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if pkg == "net/url" || pkg == "net/netip" {
+			t.Errorf("discovery depends on %s", pkg)
+		}
+	}
+}

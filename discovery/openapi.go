@@ -3,6 +3,7 @@ package discovery
 import (
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -61,7 +62,7 @@ func parseOpenAPIIndex(doc gjson.Result) ([]OpenAPIPath, error) {
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b OpenAPIPath) int { return strings.Compare(a.Path, b.Path) })
+	sort.Sort(openAPIPathsByPath(out))
 	for i := 1; i < len(out); i++ {
 		if out[i].Path == out[i-1].Path {
 			return nil, fmt.Errorf("paths[%q]: listed twice", out[i].Path)
@@ -69,6 +70,12 @@ func parseOpenAPIIndex(doc gjson.Result) ([]OpenAPIPath, error) {
 	}
 	return out, nil
 }
+
+type openAPIPathsByPath []OpenAPIPath
+
+func (s openAPIPathsByPath) Len() int           { return len(s) }
+func (s openAPIPathsByPath) Less(i, j int) bool { return s[i].Path < s[j].Path }
+func (s openAPIPathsByPath) Swap(i, j int)      { s[i], s[j] = s[j], s[i] }
 
 func checkOpenAPIPath(p *OpenAPIPath) error {
 	if err := checkToken("path", p.Path); err != nil {
@@ -215,8 +222,15 @@ func boolInt(b bool) int {
 
 // openAPIURL is the URL the server published for path.
 func (s *Server) openAPIURL(path string) string {
-	i, _ := slices.BinarySearchFunc(s.OpenAPI, path, func(p OpenAPIPath, path string) int { return strings.Compare(p.Path, path) })
-	return s.OpenAPI[i].URL
+	lo, hi := 0, len(s.OpenAPI)
+	for lo < hi {
+		if mid := int(uint(lo+hi) >> 1); s.OpenAPI[mid].Path < path {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return s.OpenAPI[lo].URL
 }
 
 // compareVersions orders gitVersions ("v1.36.3", "v1.35.0-rc.1+abc") by their
@@ -357,29 +371,6 @@ func queryValue(rawQuery, key string) string {
 		}
 	}
 	return ""
-}
-
-// queryUnescape decodes '+' and %XX as url.QueryUnescape does; it allocates
-// only when there is something to decode.
-func queryUnescape(s string) (string, bool) {
-	if strings.IndexAny(s, "%+") < 0 {
-		return s, true
-	}
-	buf := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '+':
-			buf = append(buf, ' ')
-		case c != '%':
-			buf = append(buf, c)
-		case i+2 >= len(s) || unhexDigit(s[i+1]) < 0 || unhexDigit(s[i+2]) < 0:
-			return "", false
-		default:
-			buf = append(buf, byte(unhexDigit(s[i+1])<<4|unhexDigit(s[i+2])))
-			i += 2
-		}
-	}
-	return string(buf), true
 }
 
 // ifNoneMatchMatches is net/http's If-None-Match test, which kube-apiserver

@@ -1,6 +1,8 @@
 package discovery
 
 import (
+	"math/rand/v2"
+	"net/url"
 	"reflect"
 	"testing"
 	"unsafe"
@@ -178,4 +180,25 @@ func sharesMemory(whole, part string) bool {
 	start := uintptr(unsafe.Pointer(unsafe.StringData(whole)))
 	at := uintptr(unsafe.Pointer(unsafe.StringData(part)))
 	return at >= start && at+uintptr(len(part)) <= start+uintptr(len(whole))
+}
+
+func TestRequestURLIsWhatNetURLPrints(t *testing.T) {
+	cases := [][2]string{{"/api/v1/watch", ""}, {"*", ""}, {"a:b/c", "x=1"}, {"/a b/%/ü", "q=%20"}, {"", "watch=1"}, {"", ""}}
+	rng := rand.New(rand.NewPCG(20261201, 15))
+	for range 5000 {
+		b := make([]byte, rng.IntN(12))
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+			if rng.IntN(2) == 0 {
+				b[i] = "/:*?a%"[rng.IntN(6)]
+			}
+		}
+		cases = append(cases, [2]string{string(b), "x=" + string(b[:len(b)/2])})
+	}
+	for _, c := range cases {
+		want := (&url.URL{Path: c[0], RawQuery: c[1]}).String()
+		if got := requestURL(c[0], c[1]); got != want {
+			t.Errorf("requestURL(%q, %q) = %q; net/url prints %q", c[0], c[1], got, want)
+		}
+	}
 }

@@ -27,6 +27,29 @@ func SplitRequestTarget(target string) (path, rawQuery string, ok bool) {
 	return string(buf), rawQuery, true
 }
 
+// queryUnescape decodes '+' and %XX as url.QueryUnescape does; it allocates
+// only when there is something to decode.
+func queryUnescape(s string) (string, bool) {
+	if strings.IndexAny(s, "%+") < 0 {
+		return s, true
+	}
+	buf := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '+':
+			buf = append(buf, ' ')
+		case c != '%':
+			buf = append(buf, c)
+		case i+2 >= len(s) || unhexDigit(s[i+1]) < 0 || unhexDigit(s[i+2]) < 0:
+			return "", false
+		default:
+			buf = append(buf, byte(unhexDigit(s[i+1])<<4|unhexDigit(s[i+2])))
+			i += 2
+		}
+	}
+	return string(buf), true
+}
+
 func unhexDigit(c byte) int {
 	switch {
 	case c >= '0' && c <= '9':
