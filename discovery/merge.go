@@ -1,9 +1,9 @@
 package discovery
 
 import (
-	"cmp"
 	"container/heap"
 	"slices"
+	"sort"
 )
 
 // ServerGroups is one API server's own aggregated discovery items.
@@ -103,6 +103,21 @@ func MergeGroups(servers []ServerGroups, localID string) []Group {
 	return out
 }
 
+// serverGroupsByID and subresourcesByName sort with package sort, which the
+// plugin links anyway, instead of a generic instantiation per element type
+// (20 KB of module each).
+type serverGroupsByID []ServerGroups
+
+func (s serverGroupsByID) Len() int           { return len(s) }
+func (s serverGroupsByID) Less(i, j int) bool { return s[i].ServerID < s[j].ServerID }
+func (s serverGroupsByID) Swap(i, j int)      { s[i], s[j] = s[j], s[i] }
+
+type subresourcesByName []Subresource
+
+func (s subresourcesByName) Len() int           { return len(s) }
+func (s subresourcesByName) Less(i, j int) bool { return s[i].Subresource < s[j].Subresource }
+func (s subresourcesByName) Swap(i, j int)      { s[i], s[j] = s[j], s[i] }
+
 // serversByID sorts the servers by ID, keeps the last entry of each ID and
 // adds an empty entry for localID if none has it.
 func serversByID(servers []ServerGroups, localID string) []ServerGroups {
@@ -111,7 +126,7 @@ func serversByID(servers []ServerGroups, localID string) []ServerGroups {
 	// replaces it below.
 	all = append(all, ServerGroups{ServerID: localID})
 	all = append(all, servers...)
-	slices.SortStableFunc(all, func(a, b ServerGroups) int { return cmp.Compare(a.ServerID, b.ServerID) })
+	sort.Stable(serverGroupsByID(all))
 	out := all[:0]
 	for i, s := range all {
 		if i+1 < len(all) && all[i+1].ServerID == s.ServerID {
@@ -277,7 +292,7 @@ func mergeResourceCapabilities(a, b *Resource) Resource {
 				}
 			}
 		}
-		slices.SortFunc(subresources, func(x, y Subresource) int { return cmp.Compare(x.Subresource, y.Subresource) })
+		sort.Sort(subresourcesByName(subresources))
 	}
 	merged := *a
 	if merged.Resource == "" {
