@@ -24,7 +24,7 @@ FUZZ_TARGETS := \
 	./host/internal/wasmhost:FuzzDecodePairs \
 	./host/internal/wasmhost:FuzzGuestPointerReads
 
-.PHONY: all build demo test unit cluster-test test-binaries fuzz bench bench-check check fixtures clean FORCE
+.PHONY: all build demo test unit cluster-test test-binaries fuzz bench bench-check check fixtures oci clean FORCE
 
 all: build
 
@@ -87,6 +87,16 @@ check:
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
 	@test -z "$$(git status --porcelain)" || { git status --porcelain; echo "tree is dirty"; exit 1; }
+
+# Packs the freshly built module as a Wasm OCI image (the layout Istio's
+# WasmPlugin and Envoy Gateway's EnvoyExtensionPolicy read) into build/oci/,
+# prints its digest and pins it in their manifests in plugin/envoy/; the image
+# is a function of the module's bytes. OCI_REF=HOST:PORT/REPO:TAG also pushes it.
+oci: $(WASM)
+	$(GO) run ./host/cmd/wasmoci --wasm $(WASM) --layout build/oci \
+		--manifest plugin/envoy/istio-wasmplugin.yaml \
+		--manifest plugin/envoy/envoy-gateway-extensionpolicy.yaml \
+		$(if $(OCI_REF),--push $(OCI_REF))
 
 clean:
 	rm -rf build bin

@@ -1,0 +1,114 @@
+// Command wasmoci packs the plugin module as a Wasm OCI image for Istio's
+// WasmPlugin and Envoy Gateway's EnvoyExtensionPolicy, prints its digest,
+// and optionally writes it as an OCI image layout, pushes it, and pins the
+// digest in Kubernetes manifests.
+//
+//	wasmoci --wasm build/skewgate.wasm [--layout DIR] [--push REPO[:TAG]] [--manifest FILE]...
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/skewgate/skewgate/host/internal/wasmoci"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	default:
+		fmt.Fprintf(os.Stderr, "wasmoci: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// errUsage marks a command-line mistake the flag set has already reported.
+var errUsage = errors.New("usage")
+
+type fileList []string
+
+func (l *fileList) String() string     { return strings.Join(*l, ",") }
+func (l *fileList) Set(v string) error { *l = append(*l, v); return nil }
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("wasmoci", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	wasmPath := fs.String("wasm", "", "plugin module to pack (required)")
+	layoutDir := fs.String("layout", "", "write the image as the only one of an OCI image layout in this directory, replacing the layout there")
+	pushRef := fs.String("push", "", "push the image to this repository, e.g. HOST:PORT/skewgate/skewgate-wasm:v0.1.0 (credentials from the Docker config)")
+	var manifests fileList
+	fs.Var(&manifests, "manifest", "set the digest of this manifest's single image reference (…@sha256:…) to the image's (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	case *wasmPath == "":
+		return errors.New("--wasm is required")
+	}
+
+	module, err := os.ReadFile(*wasmPath)
+	if err != nil {
+		return fmt.Errorf("--wasm: %w", err)
+	}
+	img, err := wasmoci.Image(module)
+	if err != nil {
+		return fmt.Errorf("--wasm %s: %w", *wasmPath, err)
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s packs to %s\n", *wasmPath, digest)
+
+	if *layoutDir != "" {
+		if err := wasmoci.WriteLayout(*layoutDir, img); err != nil {
+			return fmt.Errorf("--layout: %w", err)
+		}
+		fmt.Fprintf(stdout, "wrote OCI image layout %s (image %s)\n", *layoutDir, wasmoci.LayoutRefName)
+	}
+	for _, path := range manifests {
+		before, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("--manifest: %w", err)
+		}
+		after, err := wasmoci.SetManifestDigest(before, digest)
+		if err != nil {
+			return fmt.Errorf("--manifest %s: %w", path, err)
+		}
+		if string(after) == string(before) {
+			fmt.Fprintf(stdout, "%s already references %s\n", path, digest)
+			continue
+		}
+		if err := os.WriteFile(path, after, 0o644); err != nil {
+			return fmt.Errorf("--manifest: %w", err)
+		}
+		fmt.Fprintf(stdout, "%s now references %s\n", path, digest)
+	}
+	if *pushRef != "" {
+		ref, err := wasmoci.Push(ctx, *pushRef, img, remote.WithAuthFromKeychain(authn.DefaultKeychain))
+		if err != nil {
+			return fmt.Errorf("--push %w", err)
+		}
+		fmt.Fprintf(stdout, "pushed %s\n", ref)
+	}
+	return nil
+}
