@@ -213,6 +213,7 @@ var cases = []struct {
 	{"TrustedPeerProxiedHeaderIsServedWhereItLands", trustedPeerProxiedHeaderIsServedWhereItLands},
 	{"MergedDiscoveryIsServedWithUpstreamHeadersAndETag", mergedDiscoveryIsServedWithUpstreamHeadersAndETag},
 	{"NoPeerAndLegacyDiscoveryPassThrough", noPeerAndLegacyDiscoveryPassThrough},
+	{"MergedOpenAPIIndexIsServedAndItsURLsReachTheirPublishers", mergedOpenAPIIndexIsServedAndItsURLsReachTheirPublishers},
 	{"LegacyGroupVersionDiscoveryGoesToAServerThatHasIt", legacyGroupVersionDiscoveryGoesToAServerThatHasIt},
 	{"CapableServersDownGives503StatusWithRetryAfter", capableServersDownGives503StatusWithRetryAfter},
 	{"NodeLocalSendsWhatThePreferredServerServesToItAndReroutesTheRest", nodeLocalSendsWhatThePreferredServerServesToItAndReroutesTheRest},
