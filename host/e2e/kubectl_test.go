@@ -136,13 +136,23 @@ type kubectl struct {
 
 func newKubectl(t *testing.T, binary string, gw *skewgate, user kubeconfigUser) *kubectl {
 	t.Helper()
+	return newKubectlAt(t, binary, gw.URL, gw.servingCAFile, user)
+}
+
+// newKubectlAt is a kubectl for the server at serverURL, verified against caFile when set.
+func newKubectlAt(t *testing.T, binary, serverURL, caFile string, user kubeconfigUser) *kubectl {
+	t.Helper()
 	dir := t.TempDir()
+	server := map[string]string{"server": serverURL}
+	if caFile != "" {
+		server["certificate-authority"] = caFile
+	}
 	config := map[string]any{
 		"apiVersion": "v1",
 		"kind":       "Config",
 		"clusters": []any{map[string]any{
 			"name":    "skewgate",
-			"cluster": map[string]string{"server": gw.URL, "certificate-authority": gw.servingCAFile},
+			"cluster": server,
 		}},
 		"users": []any{map[string]any{"name": "admin", "user": user}},
 		"contexts": []any{map[string]any{
@@ -182,6 +192,14 @@ func (k *kubectl) run(t *testing.T, args ...string) string {
 		t.Fatalf("kubectl %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, stdout.Bytes(), stderr.Bytes())
 	}
 	return strings.TrimSpace(stdout.String())
+}
+
+// try runs kubectl to completion and returns its combined output and error.
+func (k *kubectl) try(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, kubectlTimeout)
+	defer cancel()
+	out, err := k.command(ctx, args...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
 }
 
 func (k *kubectl) create(t *testing.T, manifest []byte) {

@@ -255,6 +255,8 @@ type snapshotServer struct {
 	Cluster string `json:"cluster"`
 	Version string `json:"version"`
 	Healthy bool   `json:"healthy"`
+	// OpenAPIV3 is the server's /openapi/v3 index, absent until the controller has it.
+	OpenAPIV3 json.RawMessage `json:"openapiV3"`
 }
 
 type snapshotView struct {
