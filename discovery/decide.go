@@ -187,7 +187,8 @@ func (ix *Index) lookupLegacyDocument(path string) (target Decision, capable Ser
 	case hasVersion:
 		return target, ix.gv[groupVersion{group, version}]
 	case openAPI:
-		// /openapi/v3/apis/<group> is not a document.
+		// Any server documents a group's discovery endpoint alike; the
+		// servers' OpenAPI indexes, when the snapshot has them, route it first.
 		return Decision{}, 0
 	default:
 		return target, ix.group[group]

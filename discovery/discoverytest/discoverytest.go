@@ -163,19 +163,19 @@ func OpenAPIIndexJSON(hashes map[string]string) json.RawMessage {
 }
 
 // OpenAPIPaths are the paths of the /openapi/v3 index of a server serving
-// groups (Server.Groups), as kube-apiserver lists them: every group version
-// plus the non-resource paths every server has.
+// groups (Server.Groups), as kube-apiserver lists them: every group and group
+// version plus the non-resource paths every server has.
 func OpenAPIPaths(groups map[string][]string) []string {
 	paths := []string{".well-known/openid-configuration", "api", "apis", "logs", "openid/v1/jwks", "version"}
 	for gv := range groups {
 		if g, v, _ := strings.Cut(gv, "/"); g == "" {
 			paths = append(paths, "api/"+v)
 		} else {
-			paths = append(paths, "apis/"+gv)
+			paths = append(paths, "apis/"+g, "apis/"+gv)
 		}
 	}
 	slices.Sort(paths)
-	return paths
+	return slices.Compact(paths)
 }
 
 // RenderSnapshot renders a snapshot document (the format of discovery/doc.go).
