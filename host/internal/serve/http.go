@@ -85,6 +85,9 @@ func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	}
 	write(s.ctrl.WritePrometheus)
 	write(s.certificates.WritePrometheus)
+	if s.xds != nil {
+		write(s.xds.WritePrometheus)
+	}
 	ready := "0"
 	if s.Ready() {
 		ready = "1"
@@ -96,6 +99,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 			strconv.FormatUint(s.counts.configRejections.Load(), 10)},
 		{"skewgate_ecds_writes_total", "counter", "Envoy ECDS files written.", strconv.FormatUint(s.counts.ecdsWrites.Load(), 10)},
 		{"skewgate_ecds_write_failures_total", "counter", "Envoy ECDS files that could not be written.", strconv.FormatUint(s.counts.ecdsFailures.Load(), 10)},
+		{"skewgate_xds_publish_failures_total", "counter", "Accepted plugin configurations the xDS management server could not be given.", strconv.FormatUint(s.counts.xdsFailures.Load(), 10)},
 	} {
 		pw.Family(m.name, m.kind, m.help)
 		pw.Sample(m.name, m.value)

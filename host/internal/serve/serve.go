@@ -1,7 +1,8 @@
 // Package serve runs skewgate's standalone gateway: the controller polls the
 // API servers, every new snapshot becomes the plugin configuration of the
-// wazero-hosted VMs (and, optionally, an Envoy ECDS file), and the gateway
-// proxies client traffic through the plugin. A second, plain-HTTP listener
+// wazero-hosted VMs (and, optionally, an Envoy ECDS file and the xDS
+// management server's resource), and the gateway proxies client traffic
+// through the plugin. A second, plain-HTTP listener
 // serves /metrics, /healthz, /readyz, /debug/snapshot and the status page.
 package serve
 
@@ -22,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/skewgate/skewgate/discovery"
@@ -30,6 +32,7 @@ import (
 	"github.com/skewgate/skewgate/host/internal/envoyconfig"
 	"github.com/skewgate/skewgate/host/internal/gateway"
 	"github.com/skewgate/skewgate/host/internal/wasmhost"
+	"github.com/skewgate/skewgate/host/internal/xds"
 )
 
 // Identity modes, as the plugin configuration spells them.
@@ -94,6 +97,14 @@ type Config struct {
 	// EnvoyECDSFile, when set, receives the plugin configuration of every
 	// accepted snapshot as an Envoy ECDS resource, naming EnvoyWasmPath.
 	EnvoyECDSFile, EnvoyWasmPath string
+	// XDSBindAddress, when set, is host:port of the xDS management server
+	// that serves the same resource to any number of Envoys over gRPC. It
+	// needs EnvoyWasmPath, the module's path on the Envoy hosts.
+	XDSBindAddress string
+	// XDSTLSCertFile and XDSTLSPrivateKeyFile are its serving certificate;
+	// default the gateway's. XDSClientCAFile, required, must have signed the
+	// certificate every Envoy presents.
+	XDSTLSCertFile, XDSTLSPrivateKeyFile, XDSClientCAFile string
 	// WasmPath is the plugin module.
 	WasmPath string
 	// RoutingHeader and RetryAfterSeconds go into the plugin configuration and
@@ -143,6 +154,9 @@ type Server struct {
 
 	gatewayServer, metricsServer     *http.Server
 	gatewayListener, metricsListener net.Listener
+	// xds and xdsListener are nil without Config.XDSBindAddress.
+	xds         *xds.Server
+	xdsListener net.Listener
 
 	applied atomic.Pointer[appliedSnapshot]
 	ready   atomic.Bool
@@ -160,7 +174,7 @@ type appliedSnapshot struct {
 }
 
 type counters struct {
-	configRejections, ecdsWrites, ecdsFailures atomic.Uint64
+	configRejections, ecdsWrites, ecdsFailures, xdsFailures atomic.Uint64
 }
 
 // New checks cfg, reads every file it names and prepares the controller and
@@ -216,6 +230,11 @@ func New(cfg Config) (*Server, error) {
 	if s.gw, err = gateway.New(gwOpts); err != nil {
 		return nil, err
 	}
+	if cfg.XDSBindAddress != "" {
+		if s.xds, err = s.newXDS(serving); err != nil {
+			return nil, err
+		}
+	}
 	peerCA.OnChange(func() { s.gw.SetPeerRootCAs(peerCA.Pool()) })
 	if cfg.IdentityMode == IdentityFrontProxy {
 		proxyClient.OnChange(func() { s.gw.SetClientCertificate(proxyClient.Certificate()) })
@@ -263,6 +282,23 @@ func New(cfg Config) (*Server, error) {
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelInfo),
 	}
 	return s, nil
+}
+
+// newXDS prepares the management server, serving with the gateway's
+// certificate unless it has one of its own.
+func (s *Server) newXDS(gatewayServing *certfile.KeyPair) (*xds.Server, error) {
+	serving := gatewayServing
+	if s.cfg.XDSTLSCertFile != "" {
+		var err error
+		if serving, err = s.certificates.KeyPair("--xds-tls-cert-file/--xds-tls-private-key-file", s.cfg.XDSTLSCertFile, s.cfg.XDSTLSPrivateKeyFile); err != nil {
+			return nil, err
+		}
+	}
+	clientCA, err := s.certificates.CABundle("--xds-client-ca-file", s.cfg.XDSClientCAFile)
+	if err != nil {
+		return nil, err
+	}
+	return xds.New(xds.Options{Certificate: serving.Certificate, ClientCAs: clientCA.Pool, Logger: s.log.With("component", "xds")})
 }
 
 func (c Config) complete() (Config, error) {
@@ -364,6 +400,7 @@ func (c Config) complete() (Config, error) {
 		}
 		c.WasmPath = path
 	}
+	errs = append(errs, c.checkXDS()...)
 	if c.EnvoyECDSFile != "" && c.EnvoyWasmPath == "" {
 		abs, err := filepath.Abs(c.WasmPath)
 		if err != nil {
@@ -371,7 +408,39 @@ func (c Config) complete() (Config, error) {
 		}
 		c.EnvoyWasmPath = abs
 	}
+	if c.EnvoyWasmPath != "" {
+		if err := envoyconfig.CheckWasmPath(c.EnvoyWasmPath); err != nil {
+			errs = append(errs, fmt.Errorf("--envoy-wasm-path: %w", err))
+		}
+	}
 	return c, errors.Join(errs...)
+}
+
+// checkXDS checks the management server's flags.
+func (c Config) checkXDS() []error {
+	if c.XDSBindAddress == "" {
+		if c.XDSTLSCertFile != "" || c.XDSTLSPrivateKeyFile != "" || c.XDSClientCAFile != "" {
+			return []error{errors.New("--xds-tls-cert-file, --xds-tls-private-key-file and --xds-client-ca-file need --xds-bind-address")}
+		}
+		return nil
+	}
+	var errs []error
+	if _, port, err := net.SplitHostPort(c.XDSBindAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--xds-bind-address %q: must be host:port: %w", c.XDSBindAddress, err))
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		errs = append(errs, fmt.Errorf("--xds-bind-address %q: port must be 0 to 65535", c.XDSBindAddress))
+	}
+	if (c.XDSTLSCertFile == "") != (c.XDSTLSPrivateKeyFile == "") {
+		errs = append(errs, errors.New("--xds-tls-cert-file and --xds-tls-private-key-file go together"))
+	}
+	if c.XDSClientCAFile == "" {
+		errs = append(errs, errors.New("--xds-bind-address needs --xds-client-ca-file: only Envoys presenting a certificate it signed may read the configuration, which describes every API server"))
+	}
+	// The controller's own module path means nothing on the Envoy hosts.
+	if c.EnvoyWasmPath == "" {
+		errs = append(errs, errors.New("--xds-bind-address needs --envoy-wasm-path: the plugin module's path on the Envoy hosts"))
+	}
+	return errs
 }
 
 // DefaultWasmPath finds the plugin module when --wasm is not given: next to
@@ -407,7 +476,7 @@ func isLoopback(hostport string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// Listen binds the gateway and metrics listeners.
+// Listen binds the gateway, metrics and xDS listeners.
 func (s *Server) Listen() error {
 	var err error
 	gatewayAddress := net.JoinHostPort(s.cfg.BindAddress, strconv.Itoa(s.cfg.SecurePort))
@@ -418,12 +487,27 @@ func (s *Server) Listen() error {
 		s.gatewayListener.Close()
 		return fmt.Errorf("metrics listener: %w", err)
 	}
+	if s.xds != nil {
+		if s.xdsListener, err = net.Listen("tcp", s.cfg.XDSBindAddress); err != nil {
+			s.gatewayListener.Close()
+			s.metricsListener.Close()
+			return fmt.Errorf("xDS listener: %w", err)
+		}
+	}
 	return nil
 }
 
 // GatewayAddr and MetricsAddr are the bound addresses, after Listen.
 func (s *Server) GatewayAddr() net.Addr { return s.gatewayListener.Addr() }
 func (s *Server) MetricsAddr() net.Addr { return s.metricsListener.Addr() }
+
+// XDSAddr is the bound xDS address, after Listen, or nil without one.
+func (s *Server) XDSAddr() net.Addr {
+	if s.xdsListener == nil {
+		return nil
+	}
+	return s.xdsListener.Addr()
+}
 
 // Ready reports whether a snapshot was accepted by the plugin VMs and
 // shutdown has not begun.
@@ -443,7 +527,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	ctrlCtx, stopController := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopController()
 	var wg sync.WaitGroup
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
 	wg.Go(func() {
 		if err := s.gatewayServer.ServeTLS(s.gatewayListener, "", ""); !errors.Is(err, http.ErrServerClosed) {
 			errs <- fmt.Errorf("gateway listener: %w", err)
@@ -454,6 +538,13 @@ func (s *Server) Serve(ctx context.Context) error {
 			errs <- fmt.Errorf("metrics listener: %w", err)
 		}
 	})
+	if s.xds != nil {
+		wg.Go(func() {
+			if err := s.xds.Serve(s.xdsListener); err != nil {
+				errs <- fmt.Errorf("xDS listener: %w", err)
+			}
+		})
+	}
 	controllerDone := make(chan struct{})
 	go func() {
 		defer close(controllerDone)
@@ -465,7 +556,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		_ = s.certificates.Run(ctrlCtx)
 	}()
 	s.log.Info("skewgate serving", "gateway", s.gatewayListener.Addr().String(), "metrics", s.metricsListener.Addr().String(),
-		"identity_mode", s.cfg.IdentityMode, "wasm", s.cfg.WasmPath)
+		"xds", s.XDSAddr(), "identity_mode", s.cfg.IdentityMode, "wasm", s.cfg.WasmPath)
 
 	var runErr error
 	select {
@@ -490,8 +581,13 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.log.Info("shutting down: draining in-flight requests", "timeout", s.cfg.ShutdownTimeout)
 	drainCtx, drainCancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer drainCancel()
-	// Both listeners close together, so that a process started in this
-	// one's place can bind both ports while it drains.
+	// The listeners close together, so that a process started in this one's
+	// place can bind every port while it drains. xDS streams never end on
+	// their own: they are closed, and each Envoy keeps its configuration while
+	// it reconnects.
+	if s.xds != nil {
+		s.xds.Stop()
+	}
 	var drain sync.WaitGroup
 	for name, srv := range map[string]*http.Server{"gateway": s.gatewayServer, "metrics": s.metricsServer} {
 		drain.Go(func() {
@@ -540,8 +636,8 @@ func (s *Server) onSnapshot(ctx context.Context, p controller.Published) error {
 }
 
 // apply turns a snapshot into the plugin configuration, has every VM accept
-// it (starting the VMs on the first one), switches the gateway's routing and
-// writes the ECDS file.
+// it (starting the VMs on the first one), switches the gateway's routing,
+// writes the ECDS file and publishes it over xDS.
 func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot, addresses map[string]string) error {
 	config, err := s.pluginConfig(raw)
 	if err != nil {
@@ -586,6 +682,9 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 	if s.cfg.EnvoyECDSFile != "" {
 		s.writeECDS(config, snap.Generation)
 	}
+	if s.xds != nil {
+		s.publishXDS(config, raw, snap.Generation)
+	}
 	s.ready.Store(true)
 	return nil
 }
@@ -621,6 +720,54 @@ func (s *Server) writeECDS(config []byte, generation uint64) {
 		return
 	}
 	s.counts.ecdsWrites.Add(1)
+}
+
+// publishXDS hands the management server the resource the ECDS file holds.
+// Only snapshots the plugin VMs accepted get here.
+func (s *Server) publishXDS(config, rawSnapshot []byte, generation uint64) {
+	version, err := s.xdsVersion(rawSnapshot)
+	var doc []byte
+	if err == nil {
+		doc, err = envoyconfig.RenderExtensionConfig(config, s.cfg.EnvoyWasmPath)
+	}
+	var ext *corev3.TypedExtensionConfig
+	if err == nil {
+		ext, err = xds.ParseExtensionConfig(doc)
+	}
+	if err == nil {
+		err = s.xds.Publish(ext, version)
+	}
+	if err != nil {
+		s.counts.xdsFailures.Add(1)
+		s.log.Error("publishing the plugin configuration over xDS failed", "generation", generation, "error", err)
+	}
+}
+
+// xdsVersion names a snapshot's resource by what decides the plugin's
+// behaviour: the resource rendered with the snapshot's generation left out.
+// The generation counts this controller's snapshots since it started, so it
+// differs between replicas and across a restart for the same discovery, and
+// the plugin only reports it.
+func (s *Server) xdsVersion(rawSnapshot []byte) (string, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(rawSnapshot, &fields); err != nil {
+		return "", fmt.Errorf("snapshot: %w", err)
+	}
+	delete(fields, "generation")
+	// Marshalling a map sorts its keys: equal content, equal bytes.
+	behaviour, err := json.Marshal(fields)
+	if err != nil {
+		return "", err
+	}
+	config, err := s.pluginConfig(behaviour)
+	if err != nil {
+		return "", err
+	}
+	doc, err := envoyconfig.RenderExtensionConfig(config, s.cfg.EnvoyWasmPath)
+	if err != nil {
+		return "", err
+	}
+	return xds.Version(doc), nil
 }
 
 // pluginSlot is the gateway's plugin: the VMs exist only once the first
