@@ -25,15 +25,15 @@
 //	      "healthy": true,                  // /readyz answered 200 on the last probe
 //	      "apis": { APIGroupDiscoveryList },// the server's own GET /apis, Accept ...;profile=nopeer
 //	      "api":  { APIGroupDiscoveryList },// the server's own GET /api, same Accept
-//	      "openapiV3": { OpenAPIV3Discovery } // optional: the server's own GET /openapi/v3
+//	      "openapiV3": {"apis/apps/v1": "<hash>", ...} // optional: the server's GET /openapi/v3
 //	    }
 //	  ]
 //	}
 //
 // "apis" and "api" are the apidiscovery.k8s.io/v2 documents exactly as the server
 // served them (kind, apiVersion and metadata at list level are accepted and
-// ignored); "openapiV3" is the index of the server's OpenAPI v3 documents as it
-// served it ({"paths":{"apis/apps/v1":{"serverRelativeURL":"/openapi/v3/apis/apps/v1?hash=..."}}}).
+// ignored); "openapiV3" is the index of the server's OpenAPI v3 documents, each
+// path with the hash of its serverRelativeURL ("/openapi/v3/<path>?hash=<hash>").
 // fixtures/snapshot-example.json is a complete example.
 //
 // ParseSnapshot rejects malformed input with an error that names the server and

@@ -17,16 +17,14 @@ const (
 )
 
 // OpenAPIPath is one entry of a server's GET /openapi/v3 index: a path such as
-// "apis/apps/v1" and the server-relative URL of its document,
-// "/openapi/v3/<path>?hash=<hash>", the hash naming the document's content.
+// "apis/apps/v1" and the hash of its document, which kube-apiserver serves at
+// "/openapi/v3/<path>?hash=<hash>".
 type OpenAPIPath struct {
-	Path, URL string
+	Path, Hash string
 }
 
-// Hash is the hash query value of the entry's URL.
-func (p *OpenAPIPath) Hash() string {
-	return p.URL[len(openAPIV3Prefix)+len(p.Path)+len(openAPIHashSep):]
-}
+// URL is the entry's server-relative URL.
+func (p *OpenAPIPath) URL() string { return openAPIV3Prefix + p.Path + openAPIHashSep + p.Hash }
 
 // ParseOpenAPIIndex decodes a server's GET /openapi/v3 answer
 // ({"paths":{"<path>":{"serverRelativeURL":"..."}}}) into its entries sorted by
@@ -36,26 +34,49 @@ func ParseOpenAPIIndex(raw []byte) ([]OpenAPIPath, error) {
 	if !gjson.ValidBytes(raw) {
 		return nil, fmt.Errorf("not valid JSON")
 	}
-	return parseOpenAPIIndex(gjson.ParseBytes(raw))
-}
-
-func parseOpenAPIIndex(doc gjson.Result) ([]OpenAPIPath, error) {
+	doc := gjson.ParseBytes(raw)
 	paths := doc.Get("paths")
 	if !doc.IsObject() || !paths.IsObject() {
 		return nil, fmt.Errorf("paths: must be an object, got %s", describeRaw(paths))
 	}
-	var out []OpenAPIPath
-	var err error
-	// One level of iteration; the entries are read with Get, so the call depth
-	// is the same for any index.
-	paths.ForEach(func(k, v gjson.Result) bool {
+	return parseOpenAPIEntries(paths, func(path string, v gjson.Result) (string, error) {
 		url := v.Get("serverRelativeURL")
 		if url.Type != gjson.String {
-			err = fmt.Errorf("paths[%q]: serverRelativeURL: must be a string, got %s", k.Str, describeRaw(url))
-			return false
+			return "", fmt.Errorf("paths[%q]: serverRelativeURL: must be a string, got %s", path, describeRaw(url))
 		}
-		entry := OpenAPIPath{Path: k.Str, URL: url.Str}
-		err = checkOpenAPIPath(&entry)
+		hash, ok := strings.CutPrefix(url.Str, openAPIV3Prefix+path+openAPIHashSep)
+		if !ok || hash == "" {
+			return "", fmt.Errorf("paths[%q]: serverRelativeURL: %q is not %s%s%s<hash>", path, url.Str, openAPIV3Prefix, path, openAPIHashSep)
+		}
+		return hash, nil
+	})
+}
+
+// parseOpenAPIHashes decodes the snapshot's form of an index,
+// {"<path>":"<hash>"}.
+func parseOpenAPIHashes(v gjson.Result) ([]OpenAPIPath, error) {
+	if !v.IsObject() {
+		return nil, fmt.Errorf("must be an object of paths and hashes, got %s", describeRaw(v))
+	}
+	return parseOpenAPIEntries(v, func(path string, v gjson.Result) (string, error) {
+		if v.Type != gjson.String {
+			return "", fmt.Errorf("%q: must be a hash, got %s", path, describeRaw(v))
+		}
+		return v.Str, nil
+	})
+}
+
+// parseOpenAPIEntries reads one flat object with hashOf and checks the
+// entries. One level of iteration whatever the index, so the call depth is
+// the same for any input.
+func parseOpenAPIEntries(obj gjson.Result, hashOf func(path string, v gjson.Result) (string, error)) ([]OpenAPIPath, error) {
+	var out []OpenAPIPath
+	var err error
+	obj.ForEach(func(k, v gjson.Result) bool {
+		entry := OpenAPIPath{Path: k.Str}
+		if entry.Hash, err = hashOf(k.Str, v); err == nil {
+			err = checkOpenAPIPath(&entry)
+		}
 		out = append(out, entry)
 		return err == nil
 	})
@@ -65,7 +86,7 @@ func parseOpenAPIIndex(doc gjson.Result) ([]OpenAPIPath, error) {
 	sort.Sort(openAPIPathsByPath(out))
 	for i := 1; i < len(out); i++ {
 		if out[i].Path == out[i-1].Path {
-			return nil, fmt.Errorf("paths[%q]: listed twice", out[i].Path)
+			return nil, fmt.Errorf("%q: listed twice", out[i].Path)
 		}
 	}
 	return out, nil
@@ -79,19 +100,18 @@ func (s openAPIPathsByPath) Swap(i, j int)      { s[i], s[j] = s[j], s[i] }
 
 func checkOpenAPIPath(p *OpenAPIPath) error {
 	if err := checkToken("path", p.Path); err != nil {
-		return fmt.Errorf("paths: %w", err)
+		return err
 	}
-	if p.Path[0] == '/' || strings.ContainsAny(p.Path, "?#%") {
-		return fmt.Errorf("paths[%q]: not a path below %s", p.Path, openAPIV3Prefix)
+	if p.Path[0] == '/' || strings.ContainsAny(p.Path, "?#%\"\\") {
+		return fmt.Errorf("%q: not a path below %s", p.Path, openAPIV3Prefix)
 	}
-	want := openAPIV3Prefix + p.Path + openAPIHashSep
-	if !strings.HasPrefix(p.URL, want) || len(p.URL) == len(want) {
-		return fmt.Errorf("paths[%q]: serverRelativeURL: %q is not %s<hash>", p.Path, p.URL, want)
-	}
-	for _, c := range []byte(p.Hash()) {
+	for _, c := range []byte(p.Hash) {
 		if !(c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z') {
-			return fmt.Errorf("paths[%q]: serverRelativeURL: hash %q: letters and digits only", p.Path, p.Hash())
+			return fmt.Errorf("%q: hash %q: letters and digits only", p.Path, p.Hash)
 		}
+	}
+	if p.Hash == "" {
+		return fmt.Errorf("%q: hash: must not be empty", p.Path)
 	}
 	return nil
 }
@@ -135,7 +155,7 @@ func (ix *Index) buildOpenAPI() {
 	for i := range servers {
 		for j := range servers[i].OpenAPI {
 			p := &servers[i].OpenAPI[j]
-			o.published[openAPIKey{p.Path, p.Hash()}] |= 1 << uint(i)
+			o.published[openAPIKey{p.Path, p.Hash}] |= 1 << uint(i)
 			r := o.paths[p.Path]
 			r.publishers |= 1 << uint(i)
 			o.paths[p.Path] = r
@@ -220,7 +240,7 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// openAPIURL is the URL the server published for path.
+// openAPIURL is the URL of the server's document for path.
 func (s *Server) openAPIURL(path string) string {
 	lo, hi := 0, len(s.OpenAPI)
 	for lo < hi {
@@ -230,7 +250,7 @@ func (s *Server) openAPIURL(path string) string {
 			hi = mid
 		}
 	}
-	return s.OpenAPI[lo].URL
+	return s.OpenAPI[lo].URL()
 }
 
 // compareVersions orders gitVersions ("v1.36.3", "v1.35.0-rc.1+abc") by their

@@ -60,11 +60,11 @@ func TestParseOpenAPIIndexReadsWhatKubeOpenAPIServes(t *testing.T) {
 	}
 	var got []string
 	for _, p := range paths {
-		if len(p.Hash()) != 128 {
-			t.Errorf("%s: hash %q; want kube-openapi's 128 hex digits", p.Path, p.Hash())
+		if len(p.Hash) != 128 {
+			t.Errorf("%s: hash %q; want kube-openapi's 128 hex digits", p.Path, p.Hash)
 		}
-		if p.URL != "/openapi/v3/"+p.Path+"?hash="+p.Hash() {
-			t.Errorf("%s: URL %q", p.Path, p.URL)
+		if p.URL() != "/openapi/v3/"+p.Path+"?hash="+p.Hash {
+			t.Errorf("%s: URL %q", p.Path, p.URL())
 		}
 		got = append(got, p.Path)
 	}
@@ -81,11 +81,12 @@ func TestParseOpenAPIIndexRejectsWhatItCannotRouteBy(t *testing.T) {
 		{"URL not a string", `{"paths":{"api/v1":{"serverRelativeURL":1}}}`, `paths["api/v1"]: serverRelativeURL: must be a string, got 1`},
 		{"URL of another path", `{"paths":{"api/v1":{"serverRelativeURL":"/openapi/v3/apis/apps/v1?hash=AB"}}}`, `is not /openapi/v3/api/v1?hash=<hash>`},
 		{"no hash", `{"paths":{"api/v1":{"serverRelativeURL":"/openapi/v3/api/v1?hash="}}}`, `is not /openapi/v3/api/v1?hash=<hash>`},
-		{"hash with a separator", `{"paths":{"api/v1":{"serverRelativeURL":"/openapi/v3/api/v1?hash=AB&x=1"}}}`, `hash "AB&x=1": letters and digits only`},
+		{"hash with a separator", `{"paths":{"api/v1":{"serverRelativeURL":"/openapi/v3/api/v1?hash=AB&x=1"}}}`, `"api/v1": hash "AB&x=1": letters and digits only`},
 		{"absolute path", `{"paths":{"/api/v1":{"serverRelativeURL":"/openapi/v3//api/v1?hash=AB"}}}`, `not a path below /openapi/v3/`},
 		{"path with a query", `{"paths":{"api?v1":{"serverRelativeURL":"/openapi/v3/api?v1?hash=AB"}}}`, `not a path below /openapi/v3/`},
+		{"path with a quote", `{"paths":{"api\"v1":{"serverRelativeURL":"/openapi/v3/api\"v1?hash=AB"}}}`, `not a path below /openapi/v3/`},
 		{"path with a space", `{"paths":{"api v1":{"serverRelativeURL":"/openapi/v3/api v1?hash=AB"}}}`, `character ' ' is not allowed`},
-		{"path listed twice", `{"paths":{"api/v1":{"serverRelativeURL":"/openapi/v3/api/v1?hash=AB"},"api/v1":{"serverRelativeURL":"/openapi/v3/api/v1?hash=CD"}}}`, `paths["api/v1"]: listed twice`},
+		{"path listed twice", `{"paths":{"api/v1":{"serverRelativeURL":"/openapi/v3/api/v1?hash=AB"},"api/v1":{"serverRelativeURL":"/openapi/v3/api/v1?hash=CD"}}}`, `"api/v1": listed twice`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := ParseOpenAPIIndex([]byte(c.doc))
@@ -100,7 +101,7 @@ func TestSnapshotRejectsABadOpenAPIIndexNamingTheServer(t *testing.T) {
 	servers := discoverytest.SkewedControlPlane()
 	servers[1].OpenAPI = map[string]string{"api/v1": "AB&CD"}
 	_, err := ParseSnapshot(discoverytest.SnapshotJSON(1, servers))
-	if want := `snapshot: servers[1] (apiserver-bbb): openapiV3: paths["api/v1"]: serverRelativeURL: hash "AB&CD"`; err == nil || !strings.Contains(err.Error(), want) {
+	if want := `snapshot: servers[1] (apiserver-bbb): openapiV3: "api/v1": hash "AB&CD": letters and digits only`; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("error %v; want one containing %q", err, want)
 	}
 }
@@ -163,7 +164,7 @@ func openAPIIndexOf(t testing.TB, servers []openAPIServer, preferred string) *In
 		}
 		plain[i].OpenAPI = map[string]string{}
 		for _, p := range paths {
-			plain[i].OpenAPI[p.Path] = p.Hash()
+			plain[i].OpenAPI[p.Path] = p.Hash
 		}
 	}
 	raw := discoverytest.SnapshotJSON(1, plain)
@@ -219,7 +220,7 @@ func expectedChoice(ix *Index, path string) string {
 func hashOf(s *Server, path string) string {
 	for i := range s.OpenAPI {
 		if s.OpenAPI[i].Path == path {
-			return s.OpenAPI[i].Hash()
+			return s.OpenAPI[i].Hash
 		}
 	}
 	return ""
@@ -255,7 +256,7 @@ func TestMergedOpenAPIIndexIsKubeOpenAPIsIndexOfTheChosenDocuments(t *testing.T)
 			delete(union, p.Path)
 			chosenID := expectedChoice(ix, p.Path)
 			chosen := slices.IndexFunc(ix.Servers(), func(s Server) bool { return s.ID == chosenID })
-			if got := p.Hash(); got != hashOf(&ix.Servers()[chosen], p.Path) {
+			if got := p.Hash; got != hashOf(&ix.Servers()[chosen], p.Path) {
 				t.Fatalf("iteration %d: %s points at hash %.12s…, not %s's", iteration, p.Path, got, chosenID)
 			}
 			oracle[p.Path] = servers[slices.IndexFunc(servers, func(s openAPIServer) bool { return s.ID == chosenID })].titles[p.Path]
@@ -269,13 +270,13 @@ func TestMergedOpenAPIIndexIsKubeOpenAPIsIndexOfTheChosenDocuments(t *testing.T)
 			} else if hashless.Action != Route || hashless.Server != chosen {
 				t.Fatalf("iteration %d: GET %s without hash: %v to %d; want Route to %s", iteration, p.Path, hashless.Action, hashless.Server, chosenID)
 			}
-			hashed := ix.Decide(&Request{Method: "GET", Path: "/openapi/v3/" + p.Path, Query: "hash=" + p.Hash()}, uint64(iteration))
+			hashed := ix.Decide(&Request{Method: "GET", Path: "/openapi/v3/" + p.Path, Query: "hash=" + p.Hash}, uint64(iteration))
 			if ix.Healthy() != 0 && !ix.Servers()[chosen].Healthy {
 				if hashed.Action != Unavailable {
-					t.Fatalf("iteration %d: GET %s, published only by servers that are down: %v; want Unavailable", iteration, p.URL, hashed.Action)
+					t.Fatalf("iteration %d: GET %s, published only by servers that are down: %v; want Unavailable", iteration, p.URL(), hashed.Action)
 				}
-			} else if hashed.Action != Route || hashOf(&ix.Servers()[hashed.Server], p.Path) != p.Hash() {
-				t.Fatalf("iteration %d: GET %s: %v to %d, which did not publish the hash", iteration, p.URL, hashed.Action, hashed.Server)
+			} else if hashed.Action != Route || hashOf(&ix.Servers()[hashed.Server], p.Path) != p.Hash {
+				t.Fatalf("iteration %d: GET %s: %v to %d, which did not publish the hash", iteration, p.URL(), hashed.Action, hashed.Server)
 			}
 		}
 		if len(union) > 0 {
@@ -305,18 +306,18 @@ func TestOpenAPIDocumentGoesToAHealthyServerThatPublishedItsHash(t *testing.T) {
 		anyHealthy := ix.Healthy() != 0
 		for i := range ix.Servers() {
 			for _, p := range ix.Servers()[i].OpenAPI {
-				d := ix.Decide(&Request{Method: "GET", Path: "/openapi/v3/" + p.Path, Query: "hash=" + p.Hash()}, rng.Uint64())
+				d := ix.Decide(&Request{Method: "GET", Path: "/openapi/v3/" + p.Path, Query: "hash=" + p.Hash}, rng.Uint64())
 				healthyPublisher := false
 				for j := range ix.Servers() {
-					healthyPublisher = healthyPublisher || ix.Servers()[j].Healthy && hashOf(&ix.Servers()[j], p.Path) == p.Hash()
+					healthyPublisher = healthyPublisher || ix.Servers()[j].Healthy && hashOf(&ix.Servers()[j], p.Path) == p.Hash
 				}
 				switch {
-				case d.Action == Route && hashOf(&ix.Servers()[d.Server], p.Path) == p.Hash():
+				case d.Action == Route && hashOf(&ix.Servers()[d.Server], p.Path) == p.Hash:
 					if anyHealthy && !ix.Servers()[d.Server].Healthy {
-						t.Fatalf("iteration %d: %s sent to unhealthy %s", iteration, p.URL, ix.Servers()[d.Server].ID)
+						t.Fatalf("iteration %d: %s sent to unhealthy %s", iteration, p.URL(), ix.Servers()[d.Server].ID)
 					}
 				case healthyPublisher || !anyHealthy:
-					t.Fatalf("iteration %d: %s: %v to %d; a server that published it can answer", iteration, p.URL, d.Action, d.Server)
+					t.Fatalf("iteration %d: %s: %v to %d; a server that published it can answer", iteration, p.URL(), d.Action, d.Server)
 				}
 			}
 		}
@@ -488,7 +489,7 @@ func TestOpenAPIDecisionsDoNotAllocate(t *testing.T) {
 	p := ix.Servers()[0].OpenAPI[0]
 	for _, req := range []Request{
 		{Method: "GET", Path: "/openapi/v3"},
-		{Method: "GET", Path: "/openapi/v3/" + p.Path, Query: "hash=" + p.Hash()},
+		{Method: "GET", Path: "/openapi/v3/" + p.Path, Query: "hash=" + p.Hash},
 		{Method: "GET", Path: "/openapi/v3/" + p.Path},
 		{Method: "GET", Path: "/openapi/v2"},
 	} {

@@ -133,7 +133,7 @@ func parseServer(i int, s gjson.Result) (Server, error) {
 		*f.dst = list
 	}
 	if v := s.Get("openapiV3"); v.Exists() {
-		paths, err := parseOpenAPIIndex(v)
+		paths, err := parseOpenAPIHashes(v)
 		if err != nil {
 			return Server{}, fmt.Errorf("snapshot: %s: openapiV3: %w", where, err)
 		}

@@ -118,7 +118,7 @@ func SnapshotJSON(generation uint64, servers []Server) json.RawMessage {
 		m := Member{ID: s.ID, Cluster: s.Cluster, Version: s.Version, Healthy: s.Healthy,
 			APIs: GroupListJSON(s.Groups, false), API: GroupListJSON(s.Groups, true)}
 		if s.OpenAPI != nil {
-			m.OpenAPIV3 = OpenAPIIndexJSON(s.OpenAPI)
+			m.OpenAPIV3 = s.OpenAPI
 		}
 		members = append(members, m)
 	}
@@ -145,8 +145,9 @@ type Member struct {
 	Healthy bool            `json:"healthy"`
 	APIs    json.RawMessage `json:"apis"`
 	API     json.RawMessage `json:"api"`
-	// OpenAPIV3 is the server's /openapi/v3 index, when the snapshot has it.
-	OpenAPIV3 json.RawMessage `json:"openapiV3,omitempty"`
+	// OpenAPIV3 maps the paths of the server's /openapi/v3 index to their
+	// hashes, when the snapshot has it.
+	OpenAPIV3 map[string]string `json:"openapiV3,omitempty"`
 }
 
 // OpenAPIIndexJSON renders a /openapi/v3 index as kube-apiserver writes it:

@@ -57,17 +57,17 @@ func mergedOpenAPIIndexIsServedAndItsURLsReachTheirPublishers(t *testing.T, h Ha
 		t.Fatalf("merged index lacks the path only kube-c lists")
 	}
 	for _, entry := range paths {
-		res := p.Request("GET", entry.URL)
+		res := p.Request("GET", entry.URL())
 		cluster, _ := res.Header(RoutingHeader)
 		published := false
 		for _, s := range servers {
-			published = published || s.Cluster == cluster && s.OpenAPI[entry.Path] == entry.Hash()
+			published = published || s.Cluster == cluster && s.OpenAPI[entry.Path] == entry.Hash
 		}
 		if !res.Forwarded || !published {
-			t.Errorf("GET %s routed to %q, which did not publish that hash", entry.URL, cluster)
+			t.Errorf("GET %s routed to %q, which did not publish that hash", entry.URL(), cluster)
 		}
 		if _, marked := res.Header(PeerProxied); marked {
-			t.Errorf("GET %s carries the peer-proxied mark; only resource requests do", entry.URL)
+			t.Errorf("GET %s carries the peer-proxied mark; only resource requests do", entry.URL())
 		}
 	}
 	for path, want := range map[string]string{

@@ -77,8 +77,8 @@ type serverState struct {
 	failures   int
 	version    string
 	apis, core document
-	// openAPI is the server's /openapi/v3 index; a server without one (never
-	// fetched, or refused) still serves its APIs.
+	// openAPI is the server's /openapi/v3 index in the snapshot's form; a
+	// server without one (never fetched, or refused) still serves its APIs.
 	openAPI document
 	// lastErrors holds the failure reason per path, so that a persisting
 	// failure is logged once and its recovery too.

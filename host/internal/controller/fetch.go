@@ -218,7 +218,8 @@ func (f *fetcher) document(ctx context.Context, address, path string, cached doc
 }
 
 // openAPIIndex fetches the server's /openapi/v3 index, revalidating cached with
-// If-None-Match; an answer the snapshot could not carry keeps cached.
+// If-None-Match, and returns it in the snapshot's form ({"<path>":"<hash>"});
+// an answer the snapshot could not carry keeps cached.
 func (f *fetcher) openAPIIndex(ctx context.Context, address string, cached document) (document, *fetchError) {
 	var ifNoneMatch string
 	if cached.raw != nil {
@@ -234,10 +235,20 @@ func (f *fetcher) openAPIIndex(ctx context.Context, address string, cached docum
 	case resp.status != http.StatusOK:
 		return cached, &fetchError{pathOpenAPI, reasonStatus, fmt.Errorf("HTTP %d", resp.status)}
 	}
-	if _, err := discovery.ParseOpenAPIIndex(resp.body); err != nil {
+	paths, err := discovery.ParseOpenAPIIndex(resp.body)
+	if err != nil {
 		return cached, &fetchError{pathOpenAPI, reasonMalformed, err}
 	}
-	return document{raw: resp.body, etag: resp.etag}, nil
+	// The snapshot carries each path's hash, not the URL that repeats it.
+	hashes := make(map[string]string, len(paths))
+	for _, p := range paths {
+		hashes[p.Path] = p.Hash
+	}
+	raw, err := json.Marshal(hashes)
+	if err != nil {
+		return cached, &fetchError{pathOpenAPI, reasonMalformed, err}
+	}
+	return document{raw: raw, etag: resp.etag}, nil
 }
 
 // isAggregatedDiscovery accepts the media type API servers label aggregated

@@ -2,6 +2,7 @@ package wasmhost
 
 import (
 	"context"
+	"crypto/sha512"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/discovery/discoverytest"
 	"github.com/skewgate/skewgate/fixtures"
 	"github.com/skewgate/skewgate/host/envoyabi"
 )
@@ -30,9 +32,47 @@ func benchSnapshot(tb testing.TB, generation uint64) []byte {
 	return fixtures.Snapshot(generation, servers)
 }
 
+// benchSnapshotWithOpenAPI is benchSnapshot with each server's /openapi/v3
+// index: the paths a real server lists for its discovery documents (47 for
+// v1.36.3), each with a 128-digit hash as kube-openapi writes them.
+func benchSnapshotWithOpenAPI(tb testing.TB, generation uint64) []byte {
+	tb.Helper()
+	servers, err := fixtures.Servers("default", benchPlaneVersions...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	members := make([]discoverytest.Member, len(servers))
+	for i, s := range servers {
+		groups := map[string][]string{}
+		for _, doc := range [][]byte{s.APIs, s.API} {
+			list, err := discovery.ParseGroupList(doc)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			for _, g := range list.Items {
+				for _, v := range g.Versions {
+					groups[g.Name()+"/"+v.Version] = nil
+				}
+			}
+		}
+		hashes := map[string]string{}
+		for _, path := range discoverytest.OpenAPIPaths(groups) {
+			hashes[path] = fmt.Sprintf("%X", sha512.Sum512([]byte(path+"@"+s.Version)))
+		}
+		members[i] = discoverytest.Member{ID: s.ID, Cluster: "kube-" + s.Version, Version: s.Version, Healthy: true,
+			APIs: s.APIs, API: s.API, OpenAPIV3: hashes}
+	}
+	return discoverytest.RenderSnapshot(generation, members)
+}
+
 func benchPluginConfig(tb testing.TB, generation uint64) []byte {
 	tb.Helper()
-	raw, err := json.Marshal(map[string]json.RawMessage{"snapshot": benchSnapshot(tb, generation)})
+	return pluginConfigOf(tb, benchSnapshot(tb, generation))
+}
+
+func pluginConfigOf(tb testing.TB, snapshot []byte) []byte {
+	tb.Helper()
+	raw, err := json.Marshal(map[string]json.RawMessage{"snapshot": snapshot})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -220,14 +260,19 @@ func BenchmarkPluginConfigure(b *testing.B) {
 	snapshots := [][]byte{benchSnapshot(b, 2), benchSnapshot(b, 3)}
 	configs := [][]byte{benchPluginConfig(b, 2), benchPluginConfig(b, 3)}
 	b.Run("native", func(b *testing.B) {
-		b.SetBytes(int64(len(snapshots[0])))
+		benchNativeConfigure(b, snapshots)
+	})
+	withIndex := [][]byte{benchSnapshotWithOpenAPI(b, 2), benchSnapshotWithOpenAPI(b, 3)}
+	b.Run("native/openapi", func(b *testing.B) {
+		benchNativeConfigure(b, withIndex)
+	})
+	b.Run("instances=1/openapi", func(b *testing.B) {
+		h := newBenchPluginHost(b, 1)
+		configs := [][]byte{pluginConfigOf(b, withIndex[0]), pluginConfigOf(b, withIndex[1])}
+		b.SetBytes(int64(len(configs[0])))
 		b.ReportAllocs()
 		for i := range b.N {
-			snap, err := discovery.ParseSnapshot(snapshots[i%2])
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := discovery.NewIndex(snap); err != nil {
+			if err := h.Configure(context.Background(), configs[i%2]); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -244,6 +289,20 @@ func BenchmarkPluginConfigure(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+func benchNativeConfigure(b *testing.B, snapshots [][]byte) {
+	b.SetBytes(int64(len(snapshots[0])))
+	b.ReportAllocs()
+	for i := range b.N {
+		snap, err := discovery.ParseSnapshot(snapshots[i%2])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := discovery.NewIndex(snap); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
