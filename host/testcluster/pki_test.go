@@ -41,6 +41,8 @@ func TestPKIChainsEveryLeafToItsOwnCAForItsPurpose(t *testing.T) {
 		{"admin as a server", p.Admin, p.CAPool(), x509.ExtKeyUsageServerAuth, "", false},
 		{"front-proxy client under the front-proxy CA", p.FrontProxyClient, p.FrontProxyCAPool(), x509.ExtKeyUsageClientAuth, "", true},
 		{"front-proxy client under the cluster CA", p.FrontProxyClient, p.CAPool(), x509.ExtKeyUsageClientAuth, "", false},
+		{"kubelet client under the cluster CA", p.KubeletClient, p.CAPool(), x509.ExtKeyUsageClientAuth, "", true},
+		{"kubelet client as a server", p.KubeletClient, p.CAPool(), x509.ExtKeyUsageServerAuth, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tc.leaf.Leaf.Verify(x509.VerifyOptions{
@@ -67,11 +69,15 @@ func TestPKISubjectsCarryTheIdentitiesServersTrust(t *testing.T) {
 	if got := p.FrontProxyClient.Leaf.Subject.CommonName; got != FrontProxyClientName {
 		t.Errorf("front-proxy client CN = %q, want %q", got, FrontProxyClientName)
 	}
+	if got := p.KubeletClient.Leaf.Subject.CommonName; got != KubeletClientName {
+		t.Errorf("kubelet client CN = %q, want %q", got, KubeletClientName)
+	}
 	if !slices.ContainsFunc(p.Serving.Leaf.IPAddresses, func(ip net.IP) bool { return ip.Equal(net.IPv4(127, 0, 0, 1)) }) {
 		t.Errorf("serving IP SANs = %v, want 127.0.0.1", p.Serving.Leaf.IPAddresses)
 	}
 	for name, cert := range map[string]*x509.Certificate{
 		"ca": p.CA, "front-proxy ca": p.FrontProxyCA, "serving": p.Serving.Leaf, "admin": p.Admin.Leaf, "front-proxy client": p.FrontProxyClient.Leaf,
+		"kubelet client": p.KubeletClient.Leaf,
 	} {
 		key, ok := cert.PublicKey.(*ecdsa.PublicKey)
 		if !ok || key.Curve != elliptic.P256() {
@@ -103,6 +109,9 @@ func TestPKIWithOneCASignsTheFrontProxyClientWithTheClusterCA(t *testing.T) {
 	}
 	if got := p.FrontProxyClient.Leaf.Subject.CommonName; got != FrontProxyClientName {
 		t.Errorf("front-proxy client CN = %q, want %q", got, FrontProxyClientName)
+	}
+	if got := p.KubeletClient.Leaf.Subject.CommonName; got != KubeletClientName {
+		t.Errorf("kubelet client CN = %q, want %q", got, KubeletClientName)
 	}
 }
 
