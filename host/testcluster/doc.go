@@ -7,5 +7,6 @@
 // Every kube-apiserver runs in its own UTS namespace so that its host name, and therefore its
 // server ID, is chosen by the caller rather than inherited from the machine. StartProcess and
 // FreePorts give processes run next to the cluster (proxies in front of it) the same lifecycle
-// as the servers.
+// as the servers. Cluster.StartKubelet registers a stand-in kubelet, reached by the servers over
+// verified TLS, for exec, attach, port-forward and logs.
 package testcluster
