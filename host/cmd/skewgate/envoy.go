@@ -26,15 +26,17 @@ import (
 func runEnvoyConfig(args []string, stdout, stderr io.Writer) error {
 	var spec envoyconfig.Spec
 	var apiServers stringList
-	var identityMode, ecdsFile, snapshotFile string
+	var identityMode, ecdsFile, snapshotFile, xdsAddress string
+	var xds envoyconfig.XDSSource
 	var ecdsResource bool
 	var port, adminPort uint
 	fs := flag.NewFlagSet("skewgate envoy config", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: skewgate envoy config --apiserver URL... [flags] (--envoy-ecds-file PATH | --snapshot FILE)\n\n"+
+		fmt.Fprint(fs.Output(), "Usage: skewgate envoy config --apiserver URL... [flags] (--envoy-ecds-file PATH | --xds-address HOST:PORT | --snapshot FILE)\n\n"+
 			"Prints an Envoy bootstrap that runs the skewgate plugin in front of the API servers. With\n"+
 			"--envoy-ecds-file the plugin configuration comes from that file (written by skewgate serve);\n"+
+			"with --xds-address from skewgate serve's management server (--xds-bind-address) over gRPC;\n"+
 			"with --snapshot it is inline. --ecds-resource prints the ECDS resource for --snapshot instead.\n"+
 			"File paths are paths on the Envoy host and must be absolute.\n\n")
 		fs.PrintDefaults()
@@ -54,11 +56,25 @@ func runEnvoyConfig(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&ecdsFile, "envoy-ecds-file", "", "deliver the plugin through this file-based ECDS resource")
 	fs.StringVar(&snapshotFile, "snapshot", "", "snapshot JSON (skewgate's /debug/snapshot) to configure the plugin inline")
 	fs.BoolVar(&ecdsResource, "ecds-resource", false, "print the ECDS resource for --snapshot instead of a bootstrap")
+	fs.StringVar(&xdsAddress, "xds-address", "", "deliver the plugin from skewgate's management server at host:port over gRPC")
+	fs.StringVar(&xds.ServerName, "xds-server-name", "", "DNS name in the management server's certificate (default: the --xds-address host)")
+	fs.StringVar(&xds.CAPath, "xds-ca-file", "", "CA certificates verifying the management server")
+	fs.StringVar(&xds.ClientCertPath, "xds-client-cert-file", "", "client certificate Envoy presents to the management server")
+	fs.StringVar(&xds.ClientKeyPath, "xds-client-key-file", "", "the xDS client certificate's private key")
+	fs.BoolVar(&xds.ADS, "xds-ads", false, "subscribe through the aggregated discovery stream (ADS)")
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
-	if (ecdsFile == "") == (snapshotFile == "") && !ecdsResource {
-		return errors.New("give exactly one of --envoy-ecds-file and --snapshot")
+	if sources := countSet(ecdsFile, snapshotFile, xdsAddress); sources != 1 && !ecdsResource {
+		return errors.New("give exactly one of --envoy-ecds-file, --xds-address and --snapshot")
+	}
+	if xdsAddress != "" {
+		host, port, err := net.SplitHostPort(xdsAddress)
+		p, perr := strconv.ParseUint(port, 10, 16)
+		if err != nil || perr != nil || host == "" || p == 0 {
+			return fmt.Errorf("--xds-address %q: must be host:port", xdsAddress)
+		}
+		xds.Address, xds.Port = host, uint32(p)
 	}
 	if ecdsResource && snapshotFile == "" {
 		return errors.New("--ecds-resource needs --snapshot")
@@ -102,6 +118,8 @@ func runEnvoyConfig(args []string, stdout, stderr io.Writer) error {
 		out, err = envoyconfig.RenderECDSResource(pluginConfig, spec.WasmPath, strconv.FormatUint(generation, 10))
 	case ecdsFile != "":
 		out, err = envoyconfig.RenderECDS(spec, ecdsFile)
+	case xdsAddress != "":
+		out, err = envoyconfig.RenderXDS(spec, xds)
 	default:
 		spec.PluginConfig = pluginConfig
 		out, err = envoyconfig.Render(spec)
@@ -111,6 +129,16 @@ func runEnvoyConfig(args []string, stdout, stderr io.Writer) error {
 	}
 	_, err = stdout.Write(out)
 	return err
+}
+
+func countSet(values ...string) int {
+	n := 0
+	for _, v := range values {
+		if v != "" {
+			n++
+		}
+	}
+	return n
 }
 
 // envoyServer turns an --apiserver URL into an Envoy cluster named as the
