@@ -2,25 +2,24 @@
 // serves which API, as a server × API matrix with the skewed APIs (those not
 // every server serves the same way) highlighted. The page is self-contained
 // HTML, with no scripts and no external assets.
+//
+// The page is written by plain code rather than html/template: a template's
+// method calls go through reflection, which makes the linker keep every
+// exported method of every type in the binary.
 package statuspage
 
 import (
 	"cmp"
-	"embed"
-	"html/template"
+	"html"
 	"io"
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/skewgate/skewgate/discovery"
 )
-
-//go:embed page.html.tmpl
-var templates embed.FS
-
-var page = template.Must(template.ParseFS(templates, "page.html.tmpl"))
 
 // Input is what the page shows.
 type Input struct {
@@ -37,7 +36,10 @@ type Input struct {
 
 // Render writes the page.
 func Render(w io.Writer, in Input) error {
-	return page.Execute(w, build(in))
+	var p page
+	p.write(build(in))
+	_, err := io.WriteString(w, p.String())
+	return err
 }
 
 type view struct {
@@ -182,4 +184,146 @@ func sameKeys(a, b map[string]bool) bool {
 		}
 	}
 	return true
+}
+
+const head = `<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>skewgate status</title>
+<style>
+body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #1d1d1f; }
+h1 { font-size: 1.4rem; margin-bottom: .2rem; }
+h2 { font-size: 1.1rem; margin-top: 2rem; }
+.summary { color: #555; margin-bottom: 1rem; }
+table { border-collapse: collapse; font-size: .85rem; }
+th, td { border: 1px solid #d0d0d5; padding: .25rem .5rem; text-align: left; }
+th { background: #f3f3f6; vertical-align: bottom; }
+td.cell { text-align: center; }
+td.served { background: #e6f4ea; color: #1e6b34; }
+td.missing { background: #fdecea; color: #a12622; font-weight: 600; }
+tr.skewed th.api { background: #fff4d6; }
+tr.skewed th.api::after { content: " skewed"; color: #a86b00; font-size: .75rem; font-weight: 600; }
+.healthy { color: #1e6b34; }
+.unhealthy { color: #a12622; font-weight: 600; }
+.mono { font-family: ui-monospace, monospace; font-size: .8rem; }
+.badge { display: inline-block; padding: .1rem .5rem; border-radius: .6rem; font-size: .8rem; }
+.ready { background: #e6f4ea; color: #1e6b34; }
+.notready { background: #fdecea; color: #a12622; }
+</style>
+</head>
+<body>
+<h1>skewgate</h1>
+`
+
+const foot = `<p class="summary"><a href="/metrics">metrics</a> · <a href="/debug/snapshot">snapshot JSON</a> · <a href="/readyz">readyz</a></p>
+</body>
+</html>
+`
+
+// page builds the HTML: markup is written as is, everything that comes from a
+// snapshot or the configuration through text, which escapes it.
+type page struct{ strings.Builder }
+
+// text writes s escaped for HTML text and attribute values.
+func (p *page) text(s string) { p.WriteString(html.EscapeString(s)) }
+
+// when writes s if cond holds, otherwise alt.
+func (p *page) when(cond bool, s, alt string) {
+	if cond {
+		p.WriteString(s)
+	} else {
+		p.WriteString(alt)
+	}
+}
+
+func (p *page) write(v view) {
+	p.WriteString(head)
+	p.when(v.Ready, `<span class="badge ready">ready</span>`, `<span class="badge notready">not ready</span>`)
+	p.WriteString("\n")
+	if !v.HasSnapshot {
+		p.WriteString("\n<p class=\"summary\">No discovery snapshot has been accepted yet; the gateway answers 503 until one is.</p>\n\n")
+		p.WriteString(foot)
+		return
+	}
+	p.WriteString("\n<p class=\"summary\">Snapshot generation <strong>")
+	p.WriteString(strconv.FormatUint(v.Generation, 10))
+	p.WriteString("</strong>, accepted ")
+	p.text(v.AcceptedAt)
+	p.WriteString(" (")
+	p.text(v.Age)
+	p.WriteString(" ago).\n")
+	p.WriteString(strconv.Itoa(v.SkewedGVs) + " of " + strconv.Itoa(len(v.GroupVersions)) + " group versions and " +
+		strconv.Itoa(v.SkewedResource) + " of " + strconv.Itoa(len(v.Resources)) + " resources are skewed: not every server serves them.</p>\n")
+
+	p.WriteString("\n<h2>API servers</h2>\n<table>\n")
+	p.WriteString("<tr><th>Server ID</th><th>Cluster</th><th>Address</th><th>Version</th><th>Health</th></tr>\n")
+	for _, s := range v.Servers {
+		p.WriteString(`<tr><td class="mono">`)
+		p.text(s.ID)
+		p.when(s.Preferred, " (local, preferred)", "")
+		p.WriteString(`</td><td class="mono">`)
+		p.text(s.Cluster)
+		p.WriteString(`</td><td class="mono">`)
+		p.text(s.Address)
+		p.WriteString(`</td><td>`)
+		p.text(s.Version)
+		p.WriteString(`</td><td>`)
+		p.when(s.Healthy, `<span class="healthy">healthy</span>`, `<span class="unhealthy">unhealthy</span>`)
+		p.WriteString("</td></tr>\n")
+	}
+	p.WriteString("</table>\n")
+
+	p.WriteString("\n<h2>Group versions</h2>\n<table>\n")
+	p.matrixHeader("Group/version", v.Servers)
+	for _, r := range v.GroupVersions {
+		p.rowStart(r)
+		for _, c := range r.Cells {
+			if c.Served {
+				p.WriteString(`<td class="cell served">✓ `)
+				p.text(c.Detail)
+				p.WriteString(`</td>`)
+			} else {
+				p.WriteString(`<td class="cell missing">✗ not served</td>`)
+			}
+		}
+		p.WriteString("</tr>\n")
+	}
+	p.WriteString("</table>\n")
+
+	p.WriteString("\n<h2>Resources</h2>\n<details")
+	p.when(v.SkewedResource > 0, " open", "")
+	p.WriteString(">\n<summary>" + strconv.Itoa(len(v.Resources)) + " resources, " + strconv.Itoa(v.SkewedResource) + " skewed</summary>\n<table>\n")
+	p.matrixHeader("Group/version/resource", v.Servers)
+	for _, r := range v.Resources {
+		p.rowStart(r)
+		for _, c := range r.Cells {
+			p.when(c.Served, `<td class="cell served">✓</td>`, `<td class="cell missing">✗</td>`)
+		}
+		p.WriteString("</tr>\n")
+	}
+	p.WriteString("</table>\n</details>\n\n")
+	p.WriteString(foot)
+}
+
+// matrixHeader writes the header row of a server × API table.
+func (p *page) matrixHeader(first string, servers []serverColumn) {
+	p.WriteString("<tr><th>" + first + "</th>")
+	for _, s := range servers {
+		p.WriteString("<th>")
+		p.text(s.Version)
+		p.WriteString(`<br><span class="mono">`)
+		p.text(s.Cluster)
+		p.WriteString("</span></th>")
+	}
+	p.WriteString("</tr>\n")
+}
+
+// rowStart opens an API's row, marked when it is skewed.
+func (p *page) rowStart(r row) {
+	p.when(r.Skewed, `<tr class="skewed">`, "<tr>")
+	p.WriteString(`<th class="api mono">`)
+	p.text(r.Name)
+	p.WriteString("</th>")
 }
