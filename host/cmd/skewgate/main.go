@@ -2,10 +2,12 @@
 // load balancer.
 //
 //	skewgate serve [flags]              run the standalone gateway
-//	skewgate demo [flags]               show the problem and the fix in one process
 //	skewgate discovery merge FILE...    merge servers' own /apis (or /api) documents
 //	skewgate envoy config [flags]       render an Envoy configuration for the plugin
 //	skewgate version                    print the build's version
+//
+// The demo (`make demo`) is the separate command skewgate-demo, so that its
+// fake servers and fixtures are not part of this binary.
 package main
 
 import (
@@ -26,7 +28,6 @@ func main() {
 
 const usage = `Usage:
   skewgate serve [flags]              run the standalone gateway
-  skewgate demo [flags]               show the problem and the fix in one process
   skewgate discovery merge FILE...    merge servers' own /apis (or /api) documents
   skewgate envoy config [flags]       render an Envoy configuration for the plugin
   skewgate version                    print the build's version
@@ -46,8 +47,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch cmd, rest := args[0], args[1:]; {
 	case cmd == "serve":
 		err = runServe(rest, stderr)
-	case cmd == "demo":
-		err = runDemo(rest, stdout, stderr)
 	case cmd == "discovery" && len(rest) > 0 && rest[0] == "merge":
 		err = runDiscoveryMerge(rest[1:], stdout, stderr)
 	case cmd == "envoy" && len(rest) > 0 && rest[0] == "config":
