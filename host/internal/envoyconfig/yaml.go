@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // object is an ordered mapping. Keeping Envoy's documentation order (name
@@ -21,145 +23,87 @@ type field struct {
 // list is a sequence of values.
 type list []any
 
-// marshalYAML renders doc as block-style YAML. Values may be object, list,
-// string, bool, int or uint32. Strings are emitted plain only when every YAML
-// 1.1 and 1.2 parser reads them back as the same string; otherwise quoted.
+// marshalYAML renders doc as block-style YAML with two-space indentation.
+// Values may be object, list, string, bool, int or uint32. Strings are plain
+// only when every YAML 1.1 and 1.2 reader takes them back as the same string
+// (Envoy's reader still treats yes, on and y as booleans); otherwise quoted.
 func marshalYAML(doc object) ([]byte, error) {
-	if len(doc) == 0 {
-		return []byte("{}\n"), nil
-	}
-	var e yamlEncoder
-	if err := e.object(doc, 0, false); err != nil {
+	root, err := yamlNode(doc)
+	if err != nil {
 		return nil, err
 	}
-	return e.buf.Bytes(), nil
-}
-
-type yamlEncoder struct {
-	buf bytes.Buffer
-}
-
-// object writes the members of o at the given indentation. When continued is
-// true the first member goes on the current line, after a list item's "- ".
-func (e *yamlEncoder) object(o object, indent int, continued bool) error {
-	seen := make(map[string]bool, len(o))
-	for i, f := range o {
-		if seen[f.key] {
-			return fmt.Errorf("envoyconfig: duplicate YAML key %q", f.key)
-		}
-		seen[f.key] = true
-		if i > 0 || !continued {
-			e.indent(indent)
-		}
-		if err := e.scalarString(f.key); err != nil {
-			return err
-		}
-		e.buf.WriteByte(':')
-		if err := e.nested(f.value, indent); err != nil {
-			return fmt.Errorf("%s: %w", f.key, err)
-		}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(root); err != nil {
+		return nil, fmt.Errorf("envoyconfig: %w", err)
 	}
-	return nil
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("envoyconfig: %w", err)
+	}
+	return buf.Bytes(), nil
 }
 
-// nested writes the value of a mapping entry or list item whose indicator
-// ("key:" or "-") has just been written at the given indentation.
-func (e *yamlEncoder) nested(v any, indent int) error {
+// yamlNode converts v to the encoder's node tree, refusing what Envoy could
+// not read back as written: duplicate keys and text that is not UTF-8 (the
+// encoder would turn it into !!binary).
+func yamlNode(v any) (*yaml.Node, error) {
 	switch v := v.(type) {
 	case object:
-		if len(v) == 0 {
-			e.buf.WriteString(" {}\n")
-			return nil
-		}
-		e.buf.WriteByte('\n')
-		return e.object(v, indent+2, false)
-	case list:
-		if len(v) == 0 {
-			e.buf.WriteString(" []\n")
-			return nil
-		}
-		e.buf.WriteByte('\n')
-		return e.list(v, indent+2)
-	default:
-		e.buf.WriteByte(' ')
-		if err := e.scalar(v); err != nil {
-			return err
-		}
-		e.buf.WriteByte('\n')
-		return nil
-	}
-}
-
-func (e *yamlEncoder) list(l list, indent int) error {
-	for i, item := range l {
-		e.indent(indent)
-		e.buf.WriteByte('-')
-		var err error
-		if o, ok := item.(object); ok && len(o) > 0 {
-			e.buf.WriteByte(' ')
-			err = e.object(o, indent+2, true)
-		} else {
-			err = e.nested(item, indent)
-		}
-		if err != nil {
-			return fmt.Errorf("[%d]: %w", i, err)
-		}
-	}
-	return nil
-}
-
-func (e *yamlEncoder) indent(n int) {
-	for range n {
-		e.buf.WriteByte(' ')
-	}
-}
-
-func (e *yamlEncoder) scalar(v any) error {
-	switch v := v.(type) {
-	case string:
-		return e.scalarString(v)
-	case bool:
-		e.buf.WriteString(strconv.FormatBool(v))
-	case int:
-		e.buf.WriteString(strconv.Itoa(v))
-	case uint32:
-		e.buf.WriteString(strconv.FormatUint(uint64(v), 10))
-	default:
-		return fmt.Errorf("envoyconfig: cannot encode %T as YAML", v)
-	}
-	return nil
-}
-
-// scalarString writes s plain when that is unambiguous, single-quoted when it
-// is printable on one line (JSON payloads stay readable), and double-quoted
-// with escapes otherwise.
-func (e *yamlEncoder) scalarString(s string) error {
-	if !utf8.ValidString(s) {
-		return fmt.Errorf("envoyconfig: string is not valid UTF-8: %q", s)
-	}
-	switch {
-	case isPlainSafe(s):
-		e.buf.WriteString(s)
-	case !strings.ContainsFunc(s, needsEscape):
-		e.buf.WriteByte('\'')
-		e.buf.WriteString(strings.ReplaceAll(s, "'", "''"))
-		e.buf.WriteByte('\'')
-	default:
-		e.buf.WriteByte('"')
-		for _, r := range s {
-			switch {
-			case r == '"' || r == '\\':
-				e.buf.WriteByte('\\')
-				e.buf.WriteRune(r)
-			case needsEscape(r):
-				fmt.Fprintf(&e.buf, `\u%04X`, r)
-			default:
-				e.buf.WriteRune(r)
+		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Content: make([]*yaml.Node, 0, 2*len(v))}
+		seen := make(map[string]bool, len(v))
+		for _, f := range v {
+			if seen[f.key] {
+				return nil, fmt.Errorf("envoyconfig: duplicate YAML key %q", f.key)
 			}
+			seen[f.key] = true
+			key, err := yamlNode(f.key)
+			if err != nil {
+				return nil, err
+			}
+			value, err := yamlNode(f.value)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", f.key, err)
+			}
+			n.Content = append(n.Content, key, value)
 		}
-		e.buf.WriteByte('"')
+		return n, nil
+	case list:
+		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Content: make([]*yaml.Node, 0, len(v))}
+		for i, item := range v {
+			c, err := yamlNode(item)
+			if err != nil {
+				return nil, fmt.Errorf("[%d]: %w", i, err)
+			}
+			n.Content = append(n.Content, c)
+		}
+		return n, nil
+	case string:
+		if !utf8.ValidString(v) {
+			return nil, fmt.Errorf("envoyconfig: string is not valid UTF-8: %q", v)
+		}
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v, Style: stringStyle(v)}, nil
+	case bool:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(v)}, nil
+	case int:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(v)}, nil
+	case uint32:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatUint(uint64(v), 10)}, nil
 	}
-	return nil
+	return nil, fmt.Errorf("envoyconfig: cannot encode %T as YAML", v)
+}
+
+// stringStyle keeps identifiers, paths and type URLs plain, single-quotes
+// other printable text (JSON payloads stay readable) and double-quotes text
+// whose characters need escapes, or which YAML 1.1 reads as line breaks.
+func stringStyle(s string) yaml.Style {
+	switch {
+	case strings.ContainsFunc(s, needsEscape):
+		return yaml.DoubleQuotedStyle
+	case isPlainSafe(s):
+		return 0
+	}
+	return yaml.SingleQuotedStyle
 }
 
 // needsEscape reports runes outside YAML's printable set, plus the line
@@ -168,9 +112,8 @@ func needsEscape(r rune) bool {
 	return r < ' ' || r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == 0x2028 || r == 0x2029 || r == 0xfeff
 }
 
-// isPlainSafe accepts identifiers, paths and type URLs: a letter, '_' or '/'
-// followed by letters, digits and "_./-", excluding words that YAML 1.1 reads
-// as booleans or null.
+// isPlainSafe accepts a letter, '_' or '/' followed by letters, digits and
+// "_./-", excluding words that YAML 1.1 reads as booleans or null.
 func isPlainSafe(s string) bool {
 	if s == "" {
 		return false

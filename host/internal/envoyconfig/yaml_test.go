@@ -168,3 +168,16 @@ func TestYAMLEmitterRefusesWhatItCannotRepresent(t *testing.T) {
 		})
 	}
 }
+
+// A plugin configuration is one JSON line of hundreds of kilobytes; folding
+// it at a line width would make the rendered files unreadable and unstable.
+func TestYAMLKeepsLongTextOnOneLine(t *testing.T) {
+	long := strings.Repeat(`{"message": "a discovery document with spaces"} `, 50)
+	out, err := marshalYAML(object{{"value", long}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "value: '" + long + "'\n"; string(out) != want {
+		t.Fatalf("got\n%s\nwant\n%s", out, want)
+	}
+}
