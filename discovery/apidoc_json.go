@@ -7,8 +7,6 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
-
-	"github.com/tidwall/gjson"
 )
 
 // ParseError reports where and why ParseGroupList rejected a document.
@@ -27,8 +25,7 @@ func (e *ParseError) Error() string {
 	return e.Path + ": " + e.Problem
 }
 
-// maxJSONNesting is encoding/json's own limit; it also bounds the recursion of
-// gjson's validator, which would otherwise follow any nesting depth.
+// maxJSONNesting is encoding/json's own limit: upstream's types decode nothing deeper.
 const maxJSONNesting = 10000
 
 // ParseGroupList parses an apidiscovery.k8s.io/v2 APIGroupDiscoveryList.
@@ -44,24 +41,49 @@ const maxJSONNesting = 10000
 // group's metadata.name may be absent: that is the core group. The list's own
 // kind, apiVersion and metadata are ignored. It never panics.
 func ParseGroupList(raw []byte) (GroupList, error) {
-	if deeperThan(raw, maxJSONNesting) {
-		return GroupList{}, &ParseError{Problem: "nested deeper than " + strconv.Itoa(maxJSONNesting) + " levels"}
+	// One copy of the document: every name parsed below is a substring of it.
+	text := string(raw)
+	if deeperThan(text, maxJSONNesting) {
+		return GroupList{}, errTooDeep()
 	}
-	if !gjson.ValidBytes(raw) {
+	if !validJSON(text) {
 		return GroupList{}, &ParseError{Problem: "not valid JSON"}
 	}
-	// One copy of the document: every name parsed below is a substring of it.
-	doc := gjson.Parse(string(raw))
+	doc := topLevel(text)
 	if !doc.IsObject() {
 		return GroupList{}, &ParseError{Problem: "must be a JSON object, got " + describeJSON(doc)}
 	}
-	var list GroupList
-	err := eachMember(doc, nil, listMembers, func(member int, v gjson.Result) (err error) {
-		list.Items, err = parseObjects(v, nil, "items", "metadata.name", parseGroup)
-		return err
-	})
-	if err != nil {
-		return GroupList{}, err
+	return parseGroupList(doc)
+}
+
+func errTooDeep() error {
+	return &ParseError{Problem: "nested deeper than " + strconv.Itoa(maxJSONNesting) + " levels"}
+}
+
+// The parser below descends one call per level of the discovery schema and
+// walks every object and array in a loop, so its call depth is the schema's,
+// whatever the document holds or how deeply it nests what it ignores.
+
+// parseGroupList parses a list that is an object of a document ParseJSON
+// accepted, nested no deeper than maxJSONNesting.
+func parseGroupList(doc JSONValue) (list GroupList, err error) {
+	members := knownMembersOf(doc, nil, listMembers)
+	for members.next() {
+		items := objectsIn(members.value, nil, "items", "metadata.name")
+		for items.next() {
+			g, err := parseGroup(items.value, &items.at)
+			if err != nil {
+				return GroupList{}, err
+			}
+			list.Items = append(list.Items, g)
+		}
+		if err = items.err; err != nil {
+			return GroupList{}, err
+		}
+		list.Items = emptyUnlessNull(members.value, list.Items)
+	}
+	if members.err != nil {
+		return GroupList{}, members.err
 	}
 	return list, nil
 }
@@ -79,9 +101,11 @@ const (
 
 var groupMembers = []string{"kind", "apiVersion", "metadata", "versions"}
 
-func parseGroup(obj gjson.Result, at *docPath) (g Group, err error) {
-	err = eachMember(obj, at, groupMembers, func(member int, v gjson.Result) (err error) {
-		switch member {
+func parseGroup(obj JSONValue, at *docPath) (g Group, err error) {
+	members := knownMembersOf(obj, at, groupMembers)
+	for members.next() {
+		v := members.value
+		switch members.member {
 		case groupKind:
 			g.Type.Kind, err = parseString(v, at, "kind")
 		case groupAPIVersion:
@@ -89,11 +113,21 @@ func parseGroup(obj gjson.Result, at *docPath) (g Group, err error) {
 		case groupMetadata:
 			g.Meta, err = parseObjectMeta(v, at)
 		case groupVersions:
-			g.Versions, err = parseObjects(v, at, "versions", "version", parseVersion)
+			versions := objectsIn(v, at, "versions", "version")
+			for versions.next() {
+				ver, err := parseVersion(versions.value, &versions.at)
+				if err != nil {
+					return g, err
+				}
+				g.Versions = append(g.Versions, ver)
+			}
+			g.Versions, err = emptyUnlessNull(v, g.Versions), versions.err
 		}
-		return err
-	})
-	return g, err
+		if err != nil {
+			return g, err
+		}
+	}
+	return g, members.err
 }
 
 const (
@@ -112,37 +146,41 @@ var objectMetaMembers = []string{
 	"deletionTimestamp", "deletionGracePeriodSeconds", "ownerReferences", "finalizers", "managedFields",
 }
 
-func parseObjectMeta(v gjson.Result, parent *docPath) (meta ObjectMeta, err error) {
-	if v.Type == gjson.Null {
+func parseObjectMeta(v JSONValue, parent *docPath) (meta ObjectMeta, err error) {
+	if v.IsNull() {
 		return meta, nil
 	}
 	if !v.IsObject() {
 		return meta, parent.fail(strconv.Quote("metadata") + " must be an object, got " + describeJSON(v))
 	}
 	at := parent.member("metadata")
-	err = eachMember(v, at, objectMetaMembers, func(member int, v gjson.Result) (err error) {
-		key := objectMetaMembers[member]
+	members := knownMembersOf(v, &at, objectMetaMembers)
+	for members.next() {
+		v := members.value
+		key := objectMetaMembers[members.member]
 		switch {
-		case member == metaName:
-			meta.Name, err = parseString(v, at, key)
-		case member == metaLabels:
-			meta.Labels, err = parseStringMap(v, at, key)
-		case member == metaAnnotations:
-			meta.Annotations, err = parseStringMap(v, at, key)
-		case member == metaCreationTimestamp:
+		case members.member == metaName:
+			meta.Name, err = parseString(v, &at, key)
+		case members.member == metaLabels:
+			meta.Labels, err = parseStringMap(v, &at, key)
+		case members.member == metaAnnotations:
+			meta.Annotations, err = parseStringMap(v, &at, key)
+		case members.member == metaCreationTimestamp:
 			// Servers built before creationTimestamp was tagged omitzero write
 			// "creationTimestamp":null; it decodes to the zero time, which
 			// today's upstream leaves out.
-			if v.Type != gjson.Null {
+			if !v.IsNull() {
 				err = at.fail(strconv.Quote(key) + " is not supported in discovery metadata (only null)")
 			}
-		case v.Type == gjson.Null, v.Type == gjson.String && v.Raw == `""`:
+		case v.IsNull(), v.raw == `""`:
 		default:
 			err = at.fail(strconv.Quote(key) + " is not supported in discovery metadata")
 		}
-		return err
-	})
-	return meta, err
+		if err != nil {
+			return meta, err
+		}
+	}
+	return meta, members.err
 }
 
 const (
@@ -153,22 +191,37 @@ const (
 
 var versionMembers = []string{"version", "resources", "freshness"}
 
-func parseVersion(obj gjson.Result, at *docPath) (ver Version, err error) {
-	err = eachMember(obj, at, versionMembers, func(member int, v gjson.Result) (err error) {
-		switch member {
+func parseVersion(obj JSONValue, at *docPath) (ver Version, err error) {
+	members := knownMembersOf(obj, at, versionMembers)
+	for members.next() {
+		v := members.value
+		switch members.member {
 		case versionName:
 			ver.Version, err = parseString(v, at, "version")
 		case versionResources:
-			ver.Resources, err = parseObjects(v, at, "resources", "resource", parseResource)
+			resources := objectsIn(v, at, "resources", "resource")
+			for resources.next() {
+				r, err := parseResource(resources.value, &resources.at)
+				if err != nil {
+					return ver, err
+				}
+				ver.Resources = append(ver.Resources, r)
+			}
+			ver.Resources, err = emptyUnlessNull(v, ver.Resources), resources.err
 		case versionFreshness:
 			ver.Freshness, err = parseString(v, at, "freshness")
 		}
-		return err
-	})
-	if err == nil && ver.Version == "" {
-		err = at.fail(strconv.Quote("version") + " is required")
+		if err != nil {
+			return ver, err
+		}
 	}
-	return ver, err
+	if members.err != nil {
+		return ver, members.err
+	}
+	if ver.Version == "" {
+		return ver, at.fail(strconv.Quote("version") + " is required")
+	}
+	return ver, nil
 }
 
 const (
@@ -186,10 +239,12 @@ var resourceMembers = []string{
 	"resource", "responseKind", "scope", "singularResource", "verbs", "shortNames", "categories", "subresources",
 }
 
-func parseResource(obj gjson.Result, at *docPath) (r Resource, err error) {
-	err = eachMember(obj, at, resourceMembers, func(member int, v gjson.Result) (err error) {
-		key := resourceMembers[member]
-		switch member {
+func parseResource(obj JSONValue, at *docPath) (r Resource, err error) {
+	members := knownMembersOf(obj, at, resourceMembers)
+	for members.next() {
+		v := members.value
+		key := resourceMembers[members.member]
+		switch members.member {
 		case resourceName:
 			r.Resource, err = parseString(v, at, key)
 		case resourceResponseKind:
@@ -205,14 +260,27 @@ func parseResource(obj gjson.Result, at *docPath) (r Resource, err error) {
 		case resourceCategories:
 			r.Categories, err = parseStrings(v, at, key)
 		case resourceSubresources:
-			r.Subresources, err = parseObjects(v, at, key, "subresource", parseSubresource)
+			subresources := objectsIn(v, at, key, "subresource")
+			for subresources.next() {
+				s, err := parseSubresource(subresources.value, &subresources.at)
+				if err != nil {
+					return r, err
+				}
+				r.Subresources = append(r.Subresources, s)
+			}
+			r.Subresources, err = emptyUnlessNull(v, r.Subresources), subresources.err
 		}
-		return err
-	})
-	if err == nil && r.Resource == "" {
-		err = at.fail(strconv.Quote("resource") + " is required")
+		if err != nil {
+			return r, err
+		}
 	}
-	return r, err
+	if members.err != nil {
+		return r, members.err
+	}
+	if r.Resource == "" {
+		return r, at.fail(strconv.Quote("resource") + " is required")
+	}
+	return r, nil
 }
 
 const (
@@ -224,25 +292,40 @@ const (
 
 var subresourceMembers = []string{"subresource", "responseKind", "acceptedTypes", "verbs"}
 
-func parseSubresource(obj gjson.Result, at *docPath) (s Subresource, err error) {
-	err = eachMember(obj, at, subresourceMembers, func(member int, v gjson.Result) (err error) {
-		key := subresourceMembers[member]
-		switch member {
+func parseSubresource(obj JSONValue, at *docPath) (s Subresource, err error) {
+	members := knownMembersOf(obj, at, subresourceMembers)
+	for members.next() {
+		v := members.value
+		key := subresourceMembers[members.member]
+		switch members.member {
 		case subresourceName:
 			s.Subresource, err = parseString(v, at, key)
 		case subresourceResponseKind:
 			s.ResponseKind, err = parseGVKPointer(v, at, key)
 		case subresourceAcceptedTypes:
-			s.AcceptedTypes, err = parseObjects(v, at, key, "", parseGVK)
+			types := objectsIn(v, at, key, "")
+			for types.next() {
+				gvk, err := parseGVK(types.value, &types.at)
+				if err != nil {
+					return s, err
+				}
+				s.AcceptedTypes = append(s.AcceptedTypes, gvk)
+			}
+			s.AcceptedTypes, err = emptyUnlessNull(v, s.AcceptedTypes), types.err
 		case subresourceVerbs:
 			s.Verbs, err = parseStrings(v, at, key)
 		}
-		return err
-	})
-	if err == nil && s.Subresource == "" {
-		err = at.fail(strconv.Quote("subresource") + " is required")
+		if err != nil {
+			return s, err
+		}
 	}
-	return s, err
+	if members.err != nil {
+		return s, members.err
+	}
+	if s.Subresource == "" {
+		return s, at.fail(strconv.Quote("subresource") + " is required")
+	}
+	return s, nil
 }
 
 const (
@@ -253,10 +336,12 @@ const (
 
 var gvkMembers = []string{"group", "version", "kind"}
 
-func parseGVK(obj gjson.Result, at *docPath) (gvk GVK, err error) {
-	err = eachMember(obj, at, gvkMembers, func(member int, v gjson.Result) (err error) {
-		key := gvkMembers[member]
-		switch member {
+func parseGVK(obj JSONValue, at *docPath) (gvk GVK, err error) {
+	members := knownMembersOf(obj, at, gvkMembers)
+	for members.next() {
+		v := members.value
+		key := gvkMembers[members.member]
+		switch members.member {
 		case gvkGroup:
 			gvk.Group, err = parseString(v, at, key)
 		case gvkVersion:
@@ -264,157 +349,182 @@ func parseGVK(obj gjson.Result, at *docPath) (gvk GVK, err error) {
 		case gvkKind:
 			gvk.Kind, err = parseString(v, at, key)
 		}
-		return err
-	})
-	return gvk, err
+		if err != nil {
+			return gvk, err
+		}
+	}
+	return gvk, members.err
 }
 
-func parseGVKPointer(v gjson.Result, parent *docPath, key string) (*GVK, error) {
+func parseGVKPointer(v JSONValue, parent *docPath, key string) (*GVK, error) {
 	switch {
-	case v.Type == gjson.Null:
+	case v.IsNull():
 		return nil, nil
 	case !v.IsObject():
 		return nil, parent.fail(strconv.Quote(key) + " must be an object, got " + describeJSON(v))
 	}
-	gvk, err := parseGVK(v, parent.member(key))
+	at := parent.member(key)
+	gvk, err := parseGVK(v, &at)
 	if err != nil {
 		return nil, err
 	}
 	return &gvk, nil
 }
 
-// eachMember calls fn for every member of obj named in known, with its index
-// there; it rejects a known member given twice, which decoders would resolve
-// silently by keeping the last one.
-func eachMember(obj gjson.Result, at *docPath, known []string, fn func(member int, v gjson.Result) error) error {
-	var seen uint64
-	var err error
-	obj.ForEach(func(k, v gjson.Result) bool {
-		member := slices.Index(known, unquoteJSON(k.Raw))
-		if member < 0 {
-			return true
-		}
-		if seen&(1<<member) != 0 {
-			err = at.fail(strconv.Quote(known[member]) + " appears more than once")
-			return false
-		}
-		seen |= 1 << member
-		err = fn(member, v)
-		return err == nil
-	})
-	return err
+// knownMembers walks the members of an object that are named in known, with
+// their index there. It rejects a known member given twice, which decoders
+// would resolve silently by keeping the last one.
+type knownMembers struct {
+	members JSONMembers
+	known   []string
+	at      *docPath
+	seen    uint64
+	// member and value are the current member's index in known and value.
+	member int
+	value  JSONValue
+	err    error
 }
 
-// parseObjects parses an array of objects, each with parse; nameAt is the gjson
-// path of an element's name, shown in error messages. null gives nil, [] an
-// empty non-nil slice.
-func parseObjects[T any](v gjson.Result, parent *docPath, key, nameAt string, parse func(gjson.Result, *docPath) (T, error)) ([]T, error) {
-	switch {
-	case v.Type == gjson.Null:
-		return nil, nil
-	case !v.IsArray():
-		return nil, parent.fail(strconv.Quote(key) + " must be an array of objects, got " + describeJSON(v))
-	}
-	out := []T{}
-	var err error
-	v.ForEach(func(_, elem gjson.Result) bool {
-		at := parent.element(key, len(out), elem, nameAt)
-		if !elem.IsObject() {
-			err = at.fail("must be an object, got " + describeJSON(elem))
+func knownMembersOf(obj JSONValue, at *docPath, known []string) knownMembers {
+	return knownMembers{members: obj.Members(), known: known, at: at}
+}
+
+// next moves to the next known member; false at the end or on a duplicate (err).
+func (m *knownMembers) next() bool {
+	for m.members.Next() {
+		member := slices.Index(m.known, unquoteJSON(m.members.Key().raw))
+		if member < 0 {
+			continue
+		}
+		if m.seen&(1<<member) != 0 {
+			m.err = m.at.fail(strconv.Quote(m.known[member]) + " appears more than once")
 			return false
 		}
-		var item T
-		if item, err = parse(elem, at); err != nil {
-			return false
-		}
-		out = append(out, item)
+		m.seen |= 1 << member
+		m.member, m.value = member, m.members.Value()
 		return true
-	})
-	if err != nil {
-		return nil, err
 	}
-	return out, nil
+	return false
+}
+
+// objectArray walks an array of objects: the member key of the object at
+// parent. null walks nothing; anything else but an array is an error.
+type objectArray struct {
+	elements JSONMembers
+	parent   *docPath
+	key      string
+	// nameAt is the path of an element's name (see docPath), shown in errors.
+	nameAt string
+	count  int
+	// at and value are the current element's path and value.
+	at    docPath
+	value JSONValue
+	err   error
+}
+
+func objectsIn(v JSONValue, parent *docPath, key, nameAt string) objectArray {
+	a := objectArray{parent: parent, key: key, nameAt: nameAt}
+	switch {
+	case v.IsArray():
+		a.elements = v.Members()
+	case !v.IsNull():
+		a.err = parent.fail(strconv.Quote(key) + " must be an array of objects, got " + describeJSON(v))
+	}
+	return a
+}
+
+// next moves to the next element; false at the end or on one that is not an
+// object (err).
+func (a *objectArray) next() bool {
+	if a.err != nil || !a.elements.Next() {
+		return false
+	}
+	a.value = a.elements.Value()
+	a.at = docPath{parent: a.parent, name: a.key, index: a.count, elem: a.value, nameAt: a.nameAt}
+	a.count++
+	if !a.value.IsObject() {
+		a.err = a.at.fail("must be an object, got " + describeJSON(a.value))
+		return false
+	}
+	return true
+}
+
+// emptyUnlessNull is what decoders make of an array that held no elements:
+// nil for null, an empty slice for [].
+func emptyUnlessNull[T any](v JSONValue, s []T) []T {
+	if s == nil && v.IsArray() {
+		return []T{}
+	}
+	return s
 }
 
 // parseString accepts a string or null (the empty string, as decoders leave it).
-func parseString(v gjson.Result, at *docPath, key string) (string, error) {
-	switch v.Type {
-	case gjson.String:
-		return unquoteJSON(v.Raw), nil
-	case gjson.Null:
+func parseString(v JSONValue, at *docPath, key string) (string, error) {
+	switch {
+	case v.IsString():
+		return unquoteJSON(v.raw), nil
+	case v.IsNull():
 		return "", nil
 	}
 	return "", at.fail(strconv.Quote(key) + " must be a string, got " + describeJSON(v))
 }
 
 // parseStrings accepts an array of strings (an empty one stays non-nil) or null.
-func parseStrings(v gjson.Result, at *docPath, key string) ([]string, error) {
+func parseStrings(v JSONValue, at *docPath, key string) ([]string, error) {
 	switch {
-	case v.Type == gjson.Null:
+	case v.IsNull():
 		return nil, nil
 	case !v.IsArray():
 		return nil, at.fail(strconv.Quote(key) + " must be an array of strings, got " + describeJSON(v))
 	}
 	out := []string{}
-	ok := true
-	v.ForEach(func(_, elem gjson.Result) bool {
-		if ok = elem.Type == gjson.String; ok {
-			out = append(out, unquoteJSON(elem.Raw))
+	for elements := v.Members(); elements.Next(); {
+		elem := elements.Value()
+		if !elem.IsString() {
+			return nil, at.fail(strconv.Quote(key) + " must be an array of strings")
 		}
-		return ok
-	})
-	if !ok {
-		return nil, at.fail(strconv.Quote(key) + " must be an array of strings")
+		out = append(out, unquoteJSON(elem.raw))
 	}
 	return out, nil
 }
 
 // parseStringMap accepts an object of string values or null.
-func parseStringMap(v gjson.Result, at *docPath, key string) (map[string]string, error) {
+func parseStringMap(v JSONValue, at *docPath, key string) (map[string]string, error) {
 	switch {
-	case v.Type == gjson.Null:
+	case v.IsNull():
 		return nil, nil
 	case !v.IsObject():
 		return nil, at.fail(strconv.Quote(key) + " must be an object of strings, got " + describeJSON(v))
 	}
 	out := map[string]string{}
-	var err error
-	v.ForEach(func(k, elem gjson.Result) bool {
-		name := unquoteJSON(k.Raw)
+	for members := v.Members(); members.Next(); {
+		name, elem := unquoteJSON(members.Key().raw), members.Value()
 		if _, dup := out[name]; dup {
-			err = at.fail(strconv.Quote(key) + ": " + strconv.Quote(name) + " appears more than once")
-		} else if elem.Type != gjson.String {
-			err = at.fail(strconv.Quote(key) + ": " + strconv.Quote(name) + " must be a string, got " + describeJSON(elem))
-		} else {
-			out[name] = unquoteJSON(elem.Raw)
+			return nil, at.fail(strconv.Quote(key) + ": " + strconv.Quote(name) + " appears more than once")
 		}
-		return err == nil
-	})
-	if err != nil {
-		return nil, err
+		if !elem.IsString() {
+			return nil, at.fail(strconv.Quote(key) + ": " + strconv.Quote(name) + " must be a string, got " + describeJSON(elem))
+		}
+		out[name] = unquoteJSON(elem.raw)
 	}
 	return out, nil
 }
 
-// docPath locates the value being parsed. The parser builds it on the way down
-// and renders it only for an error message.
+// docPath locates the value being parsed. The parser keeps it in its own
+// frames on the way down and renders it only for an error message.
 type docPath struct {
 	parent *docPath
 	// name is the name of this value in its parent object.
 	name string
 	// index is the element's position in the member's array, or -1.
 	index int
-	// elem and nameAt (a gjson path) name an array element in messages.
-	elem   gjson.Result
+	// elem and nameAt (see getPath) name an array element in messages.
+	elem   JSONValue
 	nameAt string
 }
 
-func (p *docPath) member(name string) *docPath {
-	return &docPath{parent: p, name: name, index: -1}
-}
-
-func (p *docPath) element(name string, index int, elem gjson.Result, nameAt string) *docPath {
-	return &docPath{parent: p, name: name, index: index, elem: elem, nameAt: nameAt}
+func (p *docPath) member(name string) docPath {
+	return docPath{parent: p, name: name, index: -1}
 }
 
 func (p *docPath) fail(problem string) error {
@@ -423,22 +533,21 @@ func (p *docPath) fail(problem string) error {
 
 // String renders the path as `items[3] (apps).versions[0] (v1).resources[2] (pods)`.
 func (p *docPath) String() string {
-	if p == nil {
-		return ""
-	}
-	prefix := p.parent.String()
-	if prefix != "" {
-		prefix += "."
-	}
-	s := prefix + p.name
-	if p.index < 0 {
-		return s
-	}
-	s += "[" + strconv.Itoa(p.index) + "]"
-	if p.nameAt != "" {
-		if name := p.elem.Get(p.nameAt); name.Type == gjson.String && name.Str != "" {
-			s += " (" + displayName(name.Str) + ")"
+	s := ""
+	for q := p; q != nil; q = q.parent {
+		segment := q.name
+		if q.index >= 0 {
+			segment += "[" + strconv.Itoa(q.index) + "]"
+			if q.nameAt != "" {
+				if name := q.elem.getPath(q.nameAt); name.IsString() && name.Str() != "" {
+					segment += " (" + displayName(name.Str()) + ")"
+				}
+			}
 		}
+		if q != p {
+			segment += "."
+		}
+		s = segment + s
 	}
 	return s
 }
@@ -454,17 +563,17 @@ func displayName(name string) string {
 }
 
 // describeJSON shows a value found where another kind was expected, briefly.
-func describeJSON(v gjson.Result) string {
+func describeJSON(v JSONValue) string {
 	switch {
 	case v.IsObject():
 		return "an object"
 	case v.IsArray():
 		return "an array"
-	case v.Type == gjson.String:
+	case v.IsString():
 		return "a string"
-	case v.Type == gjson.Number:
+	case v.IsNumber():
 		return "a number"
-	case v.Type == gjson.True, v.Type == gjson.False:
+	case v.IsBool():
 		return "a boolean"
 	}
 	return "null"
@@ -472,7 +581,7 @@ func describeJSON(v gjson.Result) string {
 
 // deeperThan reports whether raw nests arrays and objects more than limit
 // levels deep, ignoring brackets inside strings.
-func deeperThan(raw []byte, limit int) bool {
+func deeperThan(raw string, limit int) bool {
 	depth := 0
 	inString := false
 	for i := 0; i < len(raw); i++ {
@@ -494,12 +603,383 @@ func deeperThan(raw []byte, limit int) bool {
 	return false
 }
 
+// The JSON reader below never recurses, whatever the nesting: Envoy's Wasm
+// runtimes give a plugin a fixed stack (32 KiB in WAMR) that a reader
+// descending one call per level exhausts, and a trap there kills the VM.
+
+// JSONValue is one value of a document ParseJSON accepted, held as its text: a
+// string with its quotes, an object or array with its brackets. The zero value
+// is a missing value.
+type JSONValue struct{ raw string }
+
+// ParseJSON validates raw as one JSON value (RFC 8259, surrounded by optional
+// whitespace) and returns it, read from a copy of raw.
+func ParseJSON(raw []byte) (JSONValue, bool) {
+	text := string(raw)
+	if !validJSON(text) {
+		return JSONValue{}, false
+	}
+	return topLevel(text), true
+}
+
+// topLevel is the value of a valid document without its surrounding whitespace.
+func topLevel(text string) JSONValue {
+	return JSONValue{strings.Trim(text, " \t\n\r")}
+}
+
+// Exists reports whether the value is present.
+func (v JSONValue) Exists() bool { return v.raw != "" }
+
+// Raw is the value's JSON text, "" when it is missing.
+func (v JSONValue) Raw() string { return v.raw }
+
+func (v JSONValue) first() byte {
+	if v.raw == "" {
+		return 0
+	}
+	return v.raw[0]
+}
+
+// IsObject, IsArray, IsString, IsNull, IsBool and IsNumber tell the value's
+// kind; a missing value is none of them.
+func (v JSONValue) IsObject() bool { return v.first() == '{' }
+func (v JSONValue) IsArray() bool  { return v.first() == '[' }
+func (v JSONValue) IsString() bool { return v.first() == '"' }
+func (v JSONValue) IsNull() bool   { return v.first() == 'n' }
+func (v JSONValue) IsBool() bool   { return v.first() == 't' || v.first() == 'f' }
+
+func (v JSONValue) IsNumber() bool {
+	c := v.first()
+	return c == '-' || c >= '0' && c <= '9'
+}
+
+// Bool reports whether the value is true.
+func (v JSONValue) Bool() bool { return v.first() == 't' }
+
+// Str is a string's content with its escapes decoded and every other byte kept
+// as it is, "" for any other value.
+func (v JSONValue) Str() string {
+	if !v.IsString() {
+		return ""
+	}
+	return unquote(v.raw, false)
+}
+
+// Uint is a number written as a non-negative integer in its shortest decimal
+// form (no sign, fraction, exponent or leading zero), if it fits.
+func (v JSONValue) Uint() (uint64, bool) {
+	n, err := strconv.ParseUint(v.raw, 10, 64)
+	return n, err == nil && v.raw == strconv.FormatUint(n, 10)
+}
+
+// Int is a number written as an integer in its shortest decimal form, if it fits.
+func (v JSONValue) Int() (int64, bool) {
+	n, err := strconv.ParseInt(v.raw, 10, 64)
+	return n, err == nil && v.raw == strconv.FormatInt(n, 10)
+}
+
+// Get is the first member of an object named name, missing if there is none.
+func (v JSONValue) Get(name string) JSONValue {
+	if !v.IsObject() {
+		return JSONValue{}
+	}
+	for members := v.Members(); members.Next(); {
+		if members.Key().is(name) {
+			return members.Value()
+		}
+	}
+	return JSONValue{}
+}
+
+// getPath reads a member, "name", or a member of a member, "outer.inner";
+// of several members named outer the first object holding inner counts, as
+// it did for the gjson path this replaces.
+func (v JSONValue) getPath(path string) JSONValue {
+	outer, inner, nested := strings.Cut(path, ".")
+	if !nested {
+		return v.Get(outer)
+	}
+	if !v.IsObject() {
+		return JSONValue{}
+	}
+	for members := v.Members(); members.Next(); {
+		if members.Key().is(outer) {
+			if found := members.Value().Get(inner); found.Exists() {
+				return found
+			}
+		}
+	}
+	return JSONValue{}
+}
+
+// is reports whether a member name (a string value) decodes to name.
+func (v JSONValue) is(name string) bool {
+	inner := v.raw[1 : len(v.raw)-1]
+	if strings.IndexByte(inner, '\\') < 0 {
+		return inner == name
+	}
+	return unquote(v.raw, false) == name
+}
+
+// Members walks an object's members or an array's elements, one per Next.
+func (v JSONValue) Members() JSONMembers {
+	if !v.IsObject() && !v.IsArray() {
+		return JSONMembers{}
+	}
+	return JSONMembers{text: v.raw, next: 1, object: v.IsObject()}
+}
+
+// JSONMembers is a position in an object or array; see JSONValue.Members.
+type JSONMembers struct {
+	text       string
+	next       int
+	object     bool
+	key, value JSONValue
+}
+
+// Next moves to the next member or element and reports whether there is one.
+func (m *JSONMembers) Next() bool {
+	i := skipSpace(m.text, m.next)
+	if i < len(m.text) && m.text[i] == ',' {
+		i = skipSpace(m.text, i+1)
+	}
+	if i >= len(m.text) || m.text[i] == '}' || m.text[i] == ']' {
+		m.next = len(m.text)
+		return false
+	}
+	if m.object {
+		end := skipString(m.text, i)
+		m.key = JSONValue{m.text[i:end]}
+		i = skipSpace(m.text, skipSpace(m.text, end)+1) // past the colon
+	}
+	end := skipValue(m.text, i)
+	m.value = JSONValue{m.text[i:end]}
+	m.next = end
+	return true
+}
+
+// Key is the current member's name as a string value; missing in an array.
+func (m *JSONMembers) Key() JSONValue { return m.key }
+
+// Value is the current member or element.
+func (m *JSONMembers) Value() JSONValue { return m.value }
+
+func skipSpace(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the end of the valid string token starting at s[i].
+func skipString(s string, i int) int {
+	for i++; s[i] != '"'; i++ {
+		if s[i] == '\\' {
+			i++
+		}
+	}
+	return i + 1
+}
+
+// skipValue returns the end of the valid value starting at s[i], counting
+// brackets instead of descending into them.
+func skipValue(s string, i int) int {
+	switch s[i] {
+	case '"':
+		return skipString(s, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch s[i] {
+			case '"':
+				i = skipString(s, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	}
+	for i < len(s) && strings.IndexByte(",}] \t\n\r", s[i]) < 0 {
+		i++
+	}
+	return i
+}
+
+// validJSON reports whether s is one JSON value (RFC 8259) with optional
+// whitespace around it. It keeps the open arrays and objects on a stack of its
+// own instead of descending into them.
+func validJSON(s string) bool {
+	var open []byte // '{' or '[' per open container
+	i := skipSpace(s, 0)
+value:
+	for {
+		if i >= len(s) {
+			return false
+		}
+		switch c := s[i]; {
+		case c == '{' || c == '[':
+			i = skipSpace(s, i+1)
+			if i < len(s) && s[i] == c+2 { // '}' and ']' follow '{' and '[' two apart
+				i++
+				break
+			}
+			open = append(open, c)
+			if c == '{' {
+				var ok bool
+				if i, ok = validKey(s, i); !ok {
+					return false
+				}
+			}
+			continue value
+		case c == '"':
+			var ok bool
+			if i, ok = validString(s, i); !ok {
+				return false
+			}
+		case c == '-' || c >= '0' && c <= '9':
+			var ok bool
+			if i, ok = validNumber(s, i); !ok {
+				return false
+			}
+		case strings.HasPrefix(s[i:], "true"), strings.HasPrefix(s[i:], "null"):
+			i += 4
+		case strings.HasPrefix(s[i:], "false"):
+			i += 5
+		default:
+			return false
+		}
+		// After a value: close what it ends, or go on after a comma.
+		for {
+			i = skipSpace(s, i)
+			if len(open) == 0 {
+				return i == len(s)
+			}
+			if i >= len(s) {
+				return false
+			}
+			top := open[len(open)-1]
+			switch s[i] {
+			case top + 2:
+				open = open[:len(open)-1]
+				i++
+			case ',':
+				i = skipSpace(s, i+1)
+				if top == '{' {
+					var ok bool
+					if i, ok = validKey(s, i); !ok {
+						return false
+					}
+				}
+				continue value
+			default:
+				return false
+			}
+		}
+	}
+}
+
+// validKey checks a member name and its colon at s[i] and returns where the
+// member's value starts.
+func validKey(s string, i int) (int, bool) {
+	if i >= len(s) || s[i] != '"' {
+		return i, false
+	}
+	i, ok := validString(s, i)
+	if !ok {
+		return i, false
+	}
+	if i = skipSpace(s, i); i >= len(s) || s[i] != ':' {
+		return i, false
+	}
+	return skipSpace(s, i+1), true
+}
+
+// validString checks the string token starting at s[i] and returns its end.
+// Like encoding/json it accepts any byte but control characters, valid UTF-8
+// or not.
+func validString(s string, i int) (int, bool) {
+	for i++; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"':
+			return i + 1, true
+		case c < ' ':
+			return i, false
+		case c == '\\':
+			if i++; i >= len(s) {
+				return i, false
+			}
+			switch s[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(s) {
+					return i, false
+				}
+				for _, h := range []byte(s[i+1 : i+5]) {
+					if !isHex(h) {
+						return i, false
+					}
+				}
+				i += 4
+			default:
+				return i, false
+			}
+		}
+	}
+	return i, false
+}
+
+// validNumber checks the number token starting at s[i] and returns its end.
+func validNumber(s string, i int) (int, bool) {
+	digits := func(i int) int {
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		return i
+	}
+	if s[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(s) && s[i] == '0':
+		i++
+	case i < len(s) && s[i] >= '1' && s[i] <= '9':
+		i = digits(i)
+	default:
+		return i, false
+	}
+	if i < len(s) && s[i] == '.' {
+		start := i + 1
+		if i = digits(start); i == start {
+			return i, false
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		start := i
+		if i = digits(start); i == start {
+			return i, false
+		}
+	}
+	return i, true
+}
+
 // unquoteJSON decodes a valid JSON string token exactly as encoding/json does:
 // invalid UTF-8 bytes and unpaired surrogate escapes become U+FFFD. Tokens
 // without escapes or invalid bytes are returned as substrings, without copying.
-func unquoteJSON(token string) string {
+func unquoteJSON(token string) string { return unquote(token, true) }
+
+// unquote decodes a valid string token; fixUTF8 replaces invalid UTF-8 bytes
+// with U+FFFD as encoding/json does, otherwise they are kept. Unpaired
+// surrogate escapes become U+FFFD either way.
+func unquote(token string, fixUTF8 bool) string {
 	s := token[1 : len(token)-1]
-	if strings.IndexByte(s, '\\') < 0 && utf8.ValidString(s) {
+	if strings.IndexByte(s, '\\') < 0 && (!fixUTF8 || utf8.ValidString(s)) {
 		return s
 	}
 	var b strings.Builder
@@ -507,6 +987,11 @@ func unquoteJSON(token string) string {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c != '\\' {
+			if !fixUTF8 {
+				b.WriteByte(c)
+				i++
+				continue
+			}
 			r, size := utf8.DecodeRuneInString(s[i:])
 			b.WriteRune(r) // RuneError for an invalid byte, as encoding/json does
 			i += size

@@ -50,46 +50,44 @@ type Server struct {
 // ParseSnapshot decodes and validates a snapshot document (format in the package
 // documentation). Any defect yields an error naming the server and field.
 func ParseSnapshot(raw []byte) (*Snapshot, error) {
-	if !gjson.ValidBytes(raw) {
+	doc, ok := ParseJSON(raw)
+	if !ok {
 		return nil, fmt.Errorf("snapshot: not valid JSON")
 	}
-	return parseSnapshot(gjson.ParseBytes(raw))
+	return ParseSnapshotValue(doc)
 }
 
-// parseSnapshot decodes a snapshot from an already validated JSON value, so that
-// a snapshot embedded in a larger document is not scanned twice.
-func parseSnapshot(doc gjson.Result) (*Snapshot, error) {
+// ParseSnapshotValue is ParseSnapshot for a snapshot embedded in a larger
+// document ParseJSON accepted, which is then neither copied nor scanned again.
+func ParseSnapshotValue(doc JSONValue) (*Snapshot, error) {
 	if !doc.IsObject() {
 		return nil, fmt.Errorf("snapshot: must be a JSON object")
 	}
 	gen := doc.Get("generation")
-	if gen.Type != gjson.Number || gen.Raw != fmt.Sprint(gen.Uint()) || gen.Uint() == 0 {
-		return nil, fmt.Errorf("snapshot: generation: must be a positive integer, got %s", describeRaw(gen))
+	generation, ok := gen.Uint()
+	if !ok || generation == 0 {
+		return nil, fmt.Errorf("snapshot: generation: must be a positive integer, got %s", describeValue(gen))
 	}
 	servers := doc.Get("servers")
 	if !servers.IsArray() {
-		return nil, fmt.Errorf("snapshot: servers: must be an array, got %s", describeRaw(servers))
+		return nil, fmt.Errorf("snapshot: servers: must be an array, got %s", describeValue(servers))
 	}
-	snap := &Snapshot{Generation: gen.Uint()}
+	snap := &Snapshot{Generation: generation}
 	if preferred := doc.Get("preferred"); preferred.Exists() {
-		if preferred.Type != gjson.String {
-			return nil, fmt.Errorf("snapshot: preferred: must be a server id, got %s", describeRaw(preferred))
+		if !preferred.IsString() {
+			return nil, fmt.Errorf("snapshot: preferred: must be a server id, got %s", describeValue(preferred))
 		}
-		snap.Preferred = preferred.Str
+		snap.Preferred = preferred.Str()
 	}
-	var err error
-	servers.ForEach(func(_, s gjson.Result) bool {
+	for elements := servers.Members(); elements.Next(); {
 		if len(snap.Servers) == MaxServers {
-			err = fmt.Errorf("snapshot: servers: more than %d servers", MaxServers)
-			return false
+			return nil, fmt.Errorf("snapshot: servers: more than %d servers", MaxServers)
 		}
-		var srv Server
-		srv, err = parseServer(len(snap.Servers), s)
+		srv, err := parseServer(len(snap.Servers), elements.Value())
+		if err != nil {
+			return nil, err
+		}
 		snap.Servers = append(snap.Servers, srv)
-		return err == nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	if err := snap.Validate(); err != nil {
 		return nil, err
@@ -97,9 +95,12 @@ func parseSnapshot(doc gjson.Result) (*Snapshot, error) {
 	return snap, nil
 }
 
-func parseServer(i int, s gjson.Result) (Server, error) {
+// parseServer reads one server's members, each a fixed number of calls deep:
+// the group lists are walked in loops (see parseGroupList), so a server with
+// more groups or deeper documents costs time, never stack.
+func parseServer(i int, s JSONValue) (Server, error) {
 	if !s.IsObject() {
-		return Server{}, fmt.Errorf("snapshot: servers[%d]: must be an object, got %s", i, describeRaw(s))
+		return Server{}, fmt.Errorf("snapshot: servers[%d]: must be an object, got %s", i, describeValue(s))
 	}
 	var srv Server
 	for _, f := range []struct {
@@ -107,15 +108,15 @@ func parseServer(i int, s gjson.Result) (Server, error) {
 		dst  *string
 	}{{"id", &srv.ID}, {"cluster", &srv.Cluster}, {"version", &srv.Version}} {
 		v := s.Get(f.name)
-		if v.Type != gjson.String {
-			return Server{}, fmt.Errorf("snapshot: servers[%d]: %s: must be a string, got %s", i, f.name, describeRaw(v))
+		if !v.IsString() {
+			return Server{}, fmt.Errorf("snapshot: servers[%d]: %s: must be a string, got %s", i, f.name, describeValue(v))
 		}
-		*f.dst = v.Str
+		*f.dst = v.Str()
 	}
 	where := serverLabel(i, srv.ID)
 	healthy := s.Get("healthy")
 	if !healthy.IsBool() {
-		return Server{}, fmt.Errorf("snapshot: %s: healthy: must be true or false, got %s", where, describeRaw(healthy))
+		return Server{}, fmt.Errorf("snapshot: %s: healthy: must be true or false, got %s", where, describeValue(healthy))
 	}
 	srv.Healthy = healthy.Bool()
 	for _, f := range []struct {
@@ -124,16 +125,19 @@ func parseServer(i int, s gjson.Result) (Server, error) {
 	}{{"apis", &srv.APIs}, {"api", &srv.Core}} {
 		v := s.Get(f.name)
 		if !v.IsObject() {
-			return Server{}, fmt.Errorf("snapshot: %s: %s: must be an APIGroupDiscoveryList object, got %s", where, f.name, describeRaw(v))
+			return Server{}, fmt.Errorf("snapshot: %s: %s: must be an APIGroupDiscoveryList object, got %s", where, f.name, describeValue(v))
 		}
-		list, err := ParseGroupList([]byte(v.Raw))
+		if deeperThan(v.Raw(), maxJSONNesting) {
+			return Server{}, fmt.Errorf("snapshot: %s: %s: %w", where, f.name, errTooDeep())
+		}
+		list, err := parseGroupList(v)
 		if err != nil {
 			return Server{}, fmt.Errorf("snapshot: %s: %s: %w", where, f.name, err)
 		}
 		*f.dst = list
 	}
 	if v := s.Get("openapiV3"); v.Exists() {
-		paths, err := parseOpenAPIHashes(v)
+		paths, err := parseOpenAPIHashes(gjson.Parse(v.Raw()))
 		if err != nil {
 			return Server{}, fmt.Errorf("snapshot: %s: openapiV3: %w", where, err)
 		}
@@ -233,15 +237,21 @@ func serverLabel(i int, id string) string {
 	return fmt.Sprintf("servers[%d] (%s)", i, id)
 }
 
-// describeRaw names what was found where something else was expected, short
+// describeValue names what was found where something else was expected, short
 // enough for one log line.
-func describeRaw(v gjson.Result) string {
+func describeValue(v JSONValue) string {
 	if !v.Exists() {
 		return "nothing (field missing)"
 	}
-	raw := strings.TrimSpace(v.Raw)
+	raw := v.Raw()
 	if len(raw) > 40 {
 		raw = raw[:37] + "..."
 	}
 	return raw
+}
+
+// describeRaw is describeValue for the OpenAPI index parser, which reads with
+// gjson.
+func describeRaw(v gjson.Result) string {
+	return describeValue(JSONValue{strings.TrimSpace(v.Raw)})
 }

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/tidwall/gjson"
-
 	"github.com/skewgate/skewgate/discovery"
 )
 
@@ -58,23 +56,17 @@ var knownConfigFields = map[string]bool{
 // ParseConfig validates the whole configuration before building anything from
 // it, so a bad push is rejected with one precise message.
 func ParseConfig(raw []byte) (*Config, error) {
-	if !gjson.ValidBytes(raw) {
+	doc, ok := discovery.ParseJSON(raw)
+	if !ok {
 		return nil, fmt.Errorf("configuration: not valid JSON")
 	}
-	doc := gjson.ParseBytes(raw)
 	if !doc.IsObject() {
 		return nil, fmt.Errorf("configuration: must be a JSON object")
 	}
-	var unknown string
-	doc.ForEach(func(k, _ gjson.Result) bool {
-		if !knownConfigFields[k.Str] {
-			unknown = k.Str
-			return false
+	for members := doc.Members(); members.Next(); {
+		if name := members.Key().Str(); !knownConfigFields[name] {
+			return nil, fmt.Errorf("configuration: unknown field %q", name)
 		}
-		return true
-	})
-	if unknown != "" {
-		return nil, fmt.Errorf("configuration: unknown field %q", unknown)
 	}
 	cfg := &Config{
 		RoutingHeader:                      defaultRoutingHeader,
@@ -82,44 +74,46 @@ func ParseConfig(raw []byte) (*Config, error) {
 		DiscoveryAuthorizationCacheSeconds: defaultDiscoveryAuthorizationCacheSeconds,
 	}
 	if v := doc.Get("routingHeader"); v.Exists() {
-		if v.Type != gjson.String || !isOwnableHeaderName(v.Str) {
-			return nil, fmt.Errorf("configuration: routingHeader: must be a lower-case HTTP header name that is not a pseudo-header or one the plugin strips, got %s", v.Raw)
+		if !v.IsString() || !isOwnableHeaderName(v.Str()) {
+			return nil, fmt.Errorf("configuration: routingHeader: must be a lower-case HTTP header name that is not a pseudo-header or one the plugin strips, got %s", v.Raw())
 		}
-		cfg.RoutingHeader = v.Str
+		cfg.RoutingHeader = v.Str()
 	}
 	if v := doc.Get("retryAfterSeconds"); v.Exists() {
-		if v.Type != gjson.Number || v.Raw != fmt.Sprint(v.Int()) || v.Int() < 1 || v.Int() > maxRetryAfterSeconds {
-			return nil, fmt.Errorf("configuration: retryAfterSeconds: must be an integer from 1 to %d, got %s", maxRetryAfterSeconds, v.Raw)
+		n, ok := v.Int()
+		if !ok || n < 1 || n > maxRetryAfterSeconds {
+			return nil, fmt.Errorf("configuration: retryAfterSeconds: must be an integer from 1 to %d, got %s", maxRetryAfterSeconds, v.Raw())
 		}
-		cfg.RetryAfterSeconds = int(v.Int())
+		cfg.RetryAfterSeconds = int(n)
 	}
 	if v := doc.Get("discoveryAuthorizationCacheSeconds"); v.Exists() {
-		if v.Type != gjson.Number || v.Raw != fmt.Sprint(v.Int()) || v.Int() < 0 || v.Int() > maxDiscoveryAuthorizationCacheSeconds {
-			return nil, fmt.Errorf("configuration: discoveryAuthorizationCacheSeconds: must be an integer from 0 to %d, got %s", maxDiscoveryAuthorizationCacheSeconds, v.Raw)
+		n, ok := v.Int()
+		if !ok || n < 0 || n > maxDiscoveryAuthorizationCacheSeconds {
+			return nil, fmt.Errorf("configuration: discoveryAuthorizationCacheSeconds: must be an integer from 0 to %d, got %s", maxDiscoveryAuthorizationCacheSeconds, v.Raw())
 		}
-		cfg.DiscoveryAuthorizationCacheSeconds = int(v.Int())
+		cfg.DiscoveryAuthorizationCacheSeconds = int(n)
 	}
 	if v := doc.Get("trustPeerProxiedHeader"); v.Exists() {
 		if !v.IsBool() {
-			return nil, fmt.Errorf("configuration: trustPeerProxiedHeader: must be true or false, got %s", v.Raw)
+			return nil, fmt.Errorf("configuration: trustPeerProxiedHeader: must be true or false, got %s", v.Raw())
 		}
 		cfg.TrustPeerProxiedHeader = v.Bool()
 	}
 	if v := doc.Get("identityMode"); v.Exists() {
 		switch {
-		case v.Type == gjson.String && v.Str == "passthrough":
+		case v.IsString() && v.Str() == "passthrough":
 			cfg.Identity = IdentityPassthrough
-		case v.Type == gjson.String && v.Str == "front-proxy":
+		case v.IsString() && v.Str() == "front-proxy":
 			cfg.Identity = IdentityFrontProxy
 		default:
-			return nil, fmt.Errorf(`configuration: identityMode: must be "passthrough" or "front-proxy", got %s`, v.Raw)
+			return nil, fmt.Errorf(`configuration: identityMode: must be "passthrough" or "front-proxy", got %s`, v.Raw())
 		}
 	}
 	snapRaw := doc.Get("snapshot")
 	if !snapRaw.IsObject() {
 		return nil, fmt.Errorf("configuration: snapshot: must be an object, got %s", orMissing(snapRaw))
 	}
-	snap, err := discovery.ParseSnapshot([]byte(snapRaw.Raw))
+	snap, err := discovery.ParseSnapshotValue(snapRaw)
 	if err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
@@ -134,11 +128,11 @@ func ParseConfig(raw []byte) (*Config, error) {
 	return cfg, nil
 }
 
-func orMissing(v gjson.Result) string {
+func orMissing(v discovery.JSONValue) string {
 	if !v.Exists() {
 		return "nothing (field missing)"
 	}
-	return v.Raw
+	return v.Raw()
 }
 
 // isOwnableHeaderName accepts a lower-case RFC 9110 token that the plugin can
