@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental"
 
 	"github.com/skewgate/skewgate/host/envoyabi"
 )
@@ -166,7 +167,12 @@ func New(ctx context.Context, wasm []byte, opts Options) (*Host, error) {
 
 // load compiles the module, checks its ABI, imports and exports as cpp-host does, and links the host functions.
 func (h *Host) load(ctx context.Context, wasm []byte) error {
-	compiled, err := h.runtime.CompileModule(ctx, wasm)
+	compileCtx := ctx
+	if h.opts.CallDepth != nil {
+		// Listeners are compiled into the guest's code; host modules stay uncounted.
+		compileCtx = experimental.WithFunctionListenerFactory(ctx, h.opts.CallDepth)
+	}
+	compiled, err := h.runtime.CompileModule(compileCtx, wasm)
 	if err != nil {
 		return fmt.Errorf("Failed to load Wasm code: %w", err)
 	}

@@ -117,6 +117,8 @@ type instance struct {
 
 	// callStart is the start of the running guest callback (host clock, 0 when idle), read by the watchdog.
 	callStart atomic.Int64
+	// callStack holds the guest functions running now, outermost first, when Options.CallDepth is set.
+	callStack []api.FunctionDefinition
 }
 
 // ConfigError reports a configuration an instance did not accept.

@@ -61,6 +61,9 @@ type Options struct {
 	// PoolTimeout bounds how long a request waits for a free instance before the failure policy answers it.
 	// Default 5s.
 	PoolTimeout time.Duration
+	// CallDepth, when set, counts the nesting of guest calls and traps one nested deeper than its Limit, as a
+	// runtime with a fixed-size stack would. Nil (the default) runs the guest at full speed without counting.
+	CallDepth *CallDepth
 
 	// HTTPCalls carries out proxy_http_call. Nil refuses every call with BadArgument, as Envoy refuses a call to
 	// an unknown cluster.
