@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net"
 	"slices"
 	"strconv"
@@ -72,8 +74,23 @@ func clusterOptions(pki *testPKI, rec *recorder, client *fake.Clientset) Options
 	return o
 }
 
+// asWire decodes obj's JSON, as kube-apiserver serves it, into out: the tests
+// build discoveryv1 objects, so a field the controller's endpointSlice reads
+// under another name fails them.
+func asWire[T runtime.Object](obj runtime.Object, out T) T {
+	raw, err := json.Marshal(obj)
+	if err == nil {
+		err = json.Unmarshal(raw, out)
+	}
+	if err != nil {
+		panic(fmt.Sprintf("%T as %T: %v", obj, out, err))
+	}
+	return out
+}
+
 // fakeCluster lists and watches client as clusterListersFor does a real
-// cluster: identity leases in kube-system, EndpointSlices in default.
+// cluster: identity leases in kube-system, EndpointSlices in default, decoded
+// from their JSON.
 func fakeCluster(client *fake.Clientset) *ClusterListers {
 	leases := client.CoordinationV1().Leases(identityLeaseNamespace)
 	slices := client.DiscoveryV1().EndpointSlices(kubernetesServiceNamespace)
@@ -86,9 +103,24 @@ func fakeCluster(client *fake.Clientset) *ClusterListers {
 			},
 		}, client),
 		EndpointSlices: cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return slices.List(ctx, o) },
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				l, err := slices.List(ctx, o)
+				if err != nil {
+					return nil, err
+				}
+				return asWire(l, &endpointSliceList{}), nil
+			},
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return slices.Watch(ctx, o)
+				w, err := slices.Watch(ctx, o)
+				if err != nil {
+					return nil, err
+				}
+				return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+					if s, ok := e.Object.(*discoveryv1.EndpointSlice); ok {
+						e.Object = asWire(s, &endpointSlice{})
+					}
+					return e, true
+				}), nil
 			},
 		}, client),
 	}

@@ -7,13 +7,12 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -36,6 +35,10 @@ const (
 
 	kubernetesServiceNamespace = "default"
 	kubernetesServiceName      = "kubernetes"
+
+	// The names k8s.io/api/core/v1 and k8s.io/api/discovery/v1 give these.
+	peerAdvertiseAddressAnnotation = "kubernetes.io/peer-advertise-address"
+	serviceNameLabel               = "kubernetes.io/service-name"
 )
 
 // maxNameLength is the longest server ID or cluster name a snapshot accepts.
@@ -136,7 +139,7 @@ func canonicalAddress(ip netip.Addr, port uint16) (string, error) {
 
 // errNoPeerAddress marks a valid identity lease that announces no address: its
 // server is found through the EndpointSlices instead.
-var errNoPeerAddress = errors.New("no " + corev1.AnnotationPeerAdvertiseAddress + " annotation")
+var errNoPeerAddress = errors.New("no " + peerAdvertiseAddressAnnotation + " annotation")
 
 // leaseAddress returns the server address an identity lease announces; the
 // lease name is the server ID.
@@ -150,27 +153,27 @@ func leaseAddress(l *coordinationv1.Lease) (string, error) {
 	if len(l.Name) > maxNameLength {
 		return "", errors.New("lease name too long for a server ID")
 	}
-	raw, ok := l.Annotations[corev1.AnnotationPeerAdvertiseAddress]
+	raw, ok := l.Annotations[peerAdvertiseAddressAnnotation]
 	if !ok {
 		return "", errNoPeerAddress
 	}
 	address, err := parsePeerAddress(raw)
 	if err != nil {
-		return "", fmt.Errorf("annotation %s: %w", corev1.AnnotationPeerAdvertiseAddress, err)
+		return "", fmt.Errorf("annotation %s: %w", peerAdvertiseAddressAnnotation, err)
 	}
 	return address, nil
 }
 
 // sliceAddresses returns the server addresses an EndpointSlice of the
 // kubernetes Service lists, and a description of every entry it refused.
-func sliceAddresses(s *discoveryv1.EndpointSlice) (addresses, refused []string) {
+func sliceAddresses(s *endpointSlice) (addresses, refused []string) {
 	if s.Namespace != kubernetesServiceNamespace {
 		return nil, []string{fmt.Sprintf("EndpointSlice is in namespace %q, not %s", s.Namespace, kubernetesServiceNamespace)}
 	}
-	if s.Labels[discoveryv1.LabelServiceName] != kubernetesServiceName {
-		return nil, []string{fmt.Sprintf("EndpointSlice lacks label %s=%s", discoveryv1.LabelServiceName, kubernetesServiceName)}
+	if s.Labels[serviceNameLabel] != kubernetesServiceName {
+		return nil, []string{fmt.Sprintf("EndpointSlice lacks label %s=%s", serviceNameLabel, kubernetesServiceName)}
 	}
-	if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
+	if s.AddressType != "IPv4" && s.AddressType != "IPv6" {
 		return nil, []string{fmt.Sprintf("EndpointSlice address type %q is not IPv4 or IPv6", s.AddressType)}
 	}
 	port, err := slicePort(s.Ports)
@@ -192,10 +195,10 @@ func sliceAddresses(s *discoveryv1.EndpointSlice) (addresses, refused []string) 
 
 // slicePort picks the API servers' port: the one named https, as kube-apiserver
 // names it, or the only port there is.
-func slicePort(ports []discoveryv1.EndpointPort) (int32, error) {
-	var chosen *discoveryv1.EndpointPort
+func slicePort(ports []endpointPort) (int32, error) {
+	var chosen *endpointPort
 	for i := range ports {
-		if ports[i].Name != nil && *ports[i].Name == "https" {
+		if ports[i].Name == "https" {
 			chosen = &ports[i]
 			break
 		}
@@ -206,8 +209,9 @@ func slicePort(ports []discoveryv1.EndpointPort) (int32, error) {
 	if chosen == nil || chosen.Port == nil {
 		return 0, errors.New("EndpointSlice has no port named https")
 	}
-	if chosen.Protocol != nil && *chosen.Protocol != corev1.ProtocolTCP {
-		return 0, fmt.Errorf("EndpointSlice port protocol %s is not TCP", *chosen.Protocol)
+	// No protocol means TCP.
+	if chosen.Protocol != "" && chosen.Protocol != "TCP" {
+		return 0, fmt.Errorf("EndpointSlice port protocol %s is not TCP", chosen.Protocol)
 	}
 	if *chosen.Port < 1 || *chosen.Port > 65535 {
 		return 0, fmt.Errorf("EndpointSlice port %d is not 1 to 65535", *chosen.Port)
@@ -215,9 +219,74 @@ func slicePort(ports []discoveryv1.EndpointPort) (int32, error) {
 	return *chosen.Port, nil
 }
 
-// ClusterListers list and watch what API servers announce themselves in. The
-// controller narrows both to the labels it trusts and re-checks namespace and
-// labels of everything they return.
+// endpointSlice is the part of a discovery.k8s.io/v1 EndpointSlice the
+// controller reads, decoded from the same JSON. k8s.io/api/discovery/v1's own
+// type would link k8s.io/api/core/v1, whose registration keeps every core type
+// and its methods in the binary: about 4 MB, for four fields.
+type endpointSlice struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	AddressType       string         `json:"addressType"`
+	Endpoints         []endpoint     `json:"endpoints"`
+	Ports             []endpointPort `json:"ports"`
+}
+
+type endpoint struct {
+	Addresses []string `json:"addresses"`
+}
+
+type endpointPort struct {
+	Name     string `json:"name,omitempty"`
+	Protocol string `json:"protocol,omitempty"`
+	// Port is nil when the slice's Service port has none.
+	Port *int32 `json:"port,omitempty"`
+}
+
+func (s *endpointSlice) DeepCopyObject() runtime.Object {
+	c := &endpointSlice{TypeMeta: s.TypeMeta, AddressType: s.AddressType}
+	s.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	for _, e := range s.Endpoints {
+		c.Endpoints = append(c.Endpoints, endpoint{Addresses: slices.Clone(e.Addresses)})
+	}
+	for _, p := range s.Ports {
+		if p.Port != nil {
+			port := *p.Port
+			p.Port = &port
+		}
+		c.Ports = append(c.Ports, p)
+	}
+	return c
+}
+
+type endpointSliceList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []endpointSlice `json:"items"`
+}
+
+func (l *endpointSliceList) DeepCopyObject() runtime.Object {
+	c := &endpointSliceList{TypeMeta: l.TypeMeta}
+	l.ListMeta.DeepCopyInto(&c.ListMeta)
+	for i := range l.Items {
+		c.Items = append(c.Items, *l.Items[i].DeepCopyObject().(*endpointSlice))
+	}
+	return c
+}
+
+var endpointSliceGroupVersion = schema.GroupVersion{Group: "discovery.k8s.io", Version: "v1"}
+
+func addEndpointSlices(scheme *runtime.Scheme) error {
+	scheme.AddKnownTypeWithName(endpointSliceGroupVersion.WithKind("EndpointSlice"), &endpointSlice{})
+	scheme.AddKnownTypeWithName(endpointSliceGroupVersion.WithKind("EndpointSliceList"), &endpointSliceList{})
+	metav1.AddToGroupVersion(scheme, endpointSliceGroupVersion)
+	return nil
+}
+
+// ClusterListers list and watch what API servers announce themselves in, as
+// clusterListersFor's do: Leases yields *coordinationv1.Lease objects,
+// EndpointSlices *endpointSlice ones. The controller narrows both to the
+// labels it trusts and re-checks namespace and labels of everything they
+// return.
 type ClusterListers struct {
 	// Leases are the identity leases (kube-system).
 	Leases cache.ListerWatcher
@@ -233,13 +302,13 @@ func clusterListersFor(cfg *rest.Config) (*ClusterListers, error) {
 	if err != nil {
 		return nil, err
 	}
-	slices, err := groupClient(cfg, discoveryv1.SchemeGroupVersion, discoveryv1.AddToScheme)
+	endpointSlices, err := groupClient(cfg, endpointSliceGroupVersion, addEndpointSlices)
 	if err != nil {
 		return nil, err
 	}
 	return &ClusterListers{
 		Leases:         cache.NewListWatchFromClient(leases, "leases", identityLeaseNamespace, fields.Everything()),
-		EndpointSlices: cache.NewListWatchFromClient(slices, "endpointslices", kubernetesServiceNamespace, fields.Everything()),
+		EndpointSlices: cache.NewListWatchFromClient(endpointSlices, "endpointslices", kubernetesServiceNamespace, fields.Everything()),
 	}, nil
 }
 
@@ -291,8 +360,8 @@ func newClusterSource(l ClusterListers) *clusterSource {
 	return &clusterSource{
 		leases: cache.NewSharedIndexInformer(labelled{l.Leases, labels.Set{identityLabelKey: identityLabelValue}.String()},
 			&coordinationv1.Lease{}, 0, cache.Indexers{}),
-		slices: cache.NewSharedIndexInformer(labelled{l.EndpointSlices, labels.Set{discoveryv1.LabelServiceName: kubernetesServiceName}.String()},
-			&discoveryv1.EndpointSlice{}, 0, cache.Indexers{}),
+		slices: cache.NewSharedIndexInformer(labelled{l.EndpointSlices, labels.Set{serviceNameLabel: kubernetesServiceName}.String()},
+			&endpointSlice{}, 0, cache.Indexers{}),
 	}
 }
 
@@ -310,14 +379,14 @@ func (s *clusterSource) start(ctx context.Context) error {
 // stop waits for the informers to end; ctx passed to start must be done.
 func (s *clusterSource) stop() { s.running.Wait() }
 
-func (s *clusterSource) list() ([]*coordinationv1.Lease, []*discoveryv1.EndpointSlice) {
+func (s *clusterSource) list() ([]*coordinationv1.Lease, []*endpointSlice) {
 	var leases []*coordinationv1.Lease
 	for _, obj := range s.leases.GetStore().List() {
 		leases = append(leases, obj.(*coordinationv1.Lease))
 	}
-	var slices []*discoveryv1.EndpointSlice
+	var endpointSlices []*endpointSlice
 	for _, obj := range s.slices.GetStore().List() {
-		slices = append(slices, obj.(*discoveryv1.EndpointSlice))
+		endpointSlices = append(endpointSlices, obj.(*endpointSlice))
 	}
-	return leases, slices
+	return leases, endpointSlices
 }

@@ -1,8 +1,12 @@
 package controller
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -14,6 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 )
 
 func TestClusterNameSpellsHostAndPort(t *testing.T) {
@@ -206,7 +212,7 @@ func TestEndpointSliceAddressesComeOnlyFromTheKubernetesService(t *testing.T) {
 		{"UDP", udp, nil, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, refused := sliceAddresses(tc.slice)
+			got, refused := sliceAddresses(asWire(tc.slice, &endpointSlice{}))
 			if !slices.Equal(got, tc.want) || len(refused) != tc.refused {
 				t.Errorf("= %v, refused %q; want %v and %d refused", got, refused, tc.want, tc.refused)
 			}
@@ -245,5 +251,100 @@ func TestMostRecentlyRenewedLeaseNamesASharedAddress(t *testing.T) {
 				t.Errorf("= %v, want 10.0.0.1:6443 named %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestClusterClientsDecodeWhatKubeAPIServerSends lists and watches through
+// the clients clusterListersFor builds, against a server answering as
+// kube-apiserver does (a JSON list, or initial events ended by a bookmark when
+// the client asks for them, then a change through the watch), so that the
+// kinds, paths and label selectors the controller uses are those of the real
+// API.
+func TestClusterClientsDecodeWhatKubeAPIServerSends(t *testing.T) {
+	lease := identityLease("kube-system", "apiserver-aaaa", "10.0.0.1:6443", identityLabels)
+	lease.TypeMeta = metav1.TypeMeta{Kind: "Lease", APIVersion: "coordination.k8s.io/v1"}
+	lease.ResourceVersion = "10"
+	movedLease := lease.DeepCopy()
+	movedLease.ResourceVersion, movedLease.Annotations[corev1.AnnotationPeerAdvertiseAddress] = "11", "10.0.0.3:6443"
+	slice := kubernetesSlice("default", "kubernetes", "kubernetes", discoveryv1.AddressTypeIPv4, 6443, "10.0.0.2")
+	slice.TypeMeta = metav1.TypeMeta{Kind: "EndpointSlice", APIVersion: "discovery.k8s.io/v1"}
+	slice.ResourceVersion = "10"
+	grownSlice := slice.DeepCopy()
+	grownSlice.ResourceVersion = "11"
+	grownSlice.Endpoints = append(grownSlice.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.0.0.4"}})
+	type resource struct {
+		list             runtime.Object
+		initial, changed metav1.Object
+		selector         string
+	}
+	resources := map[string]resource{
+		"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases": {
+			&coordinationv1.LeaseList{TypeMeta: metav1.TypeMeta{Kind: "LeaseList", APIVersion: "coordination.k8s.io/v1"},
+				ListMeta: metav1.ListMeta{ResourceVersion: "10"}, Items: []coordinationv1.Lease{*lease}},
+			lease, movedLease, "apiserver.kubernetes.io/identity=kube-apiserver"},
+		"/apis/discovery.k8s.io/v1/namespaces/default/endpointslices": {
+			&discoveryv1.EndpointSliceList{TypeMeta: metav1.TypeMeta{Kind: "EndpointSliceList", APIVersion: "discovery.k8s.io/v1"},
+				ListMeta: metav1.ListMeta{ResourceVersion: "10"}, Items: []discoveryv1.EndpointSlice{*slice}},
+			slice, grownSlice, "kubernetes.io/service-name=kubernetes"},
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		res, ok := resources[r.URL.Path]
+		if !ok {
+			t.Errorf("request for %s", r.URL.Path)
+			http.NotFound(w, r)
+			return
+		}
+		q := r.URL.Query()
+		if got := q.Get("labelSelector"); got != res.selector {
+			t.Errorf("%s: label selector %q, want %q", r.URL.Path, got, res.selector)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		if q.Get("watch") != "true" {
+			if err := enc.Encode(res.list); err != nil {
+				t.Error(err)
+			}
+			return
+		}
+		var events []map[string]any
+		if q.Get("sendInitialEvents") == "true" {
+			kind := res.initial.(runtime.Object).GetObjectKind().GroupVersionKind()
+			bookmark := map[string]any{"kind": kind.Kind, "apiVersion": kind.GroupVersion().String(),
+				"metadata": map[string]any{"resourceVersion": "10", "annotations": map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
+			events = append(events, map[string]any{"type": "ADDED", "object": res.initial}, map[string]any{"type": "BOOKMARK", "object": bookmark})
+		}
+		for _, e := range append(events, map[string]any{"type": "MODIFIED", "object": res.changed}) {
+			if err := enc.Encode(e); err != nil {
+				t.Error(err)
+			}
+		}
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(srv.Close)
+
+	listers, err := clusterListersFor(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := newClusterSource(*listers)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() {
+		cancel()
+		src.stop()
+	})
+	if err := src.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the watched changes", func() bool {
+		leases, endpointSlices := src.list()
+		return len(leases) == 1 && leases[0].ResourceVersion == "11" && len(endpointSlices) == 1 && endpointSlices[0].ResourceVersion == "11"
+	})
+	leases, endpointSlices := src.list()
+	if got, err := leaseAddress(leases[0]); err != nil || got != "10.0.0.3:6443" || leases[0].Name != "apiserver-aaaa" {
+		t.Errorf("lease %s announces %q, %v; want apiserver-aaaa at 10.0.0.3:6443", leases[0].Name, got, err)
+	}
+	if got, refused := sliceAddresses(endpointSlices[0]); !slices.Equal(got, []string{"10.0.0.2:6443", "10.0.0.4:6443"}) || len(refused) != 0 {
+		t.Errorf("EndpointSlice addresses %v, refused %q; want 10.0.0.2:6443 and 10.0.0.4:6443", got, refused)
 	}
 }
