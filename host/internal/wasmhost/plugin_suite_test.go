@@ -48,7 +48,9 @@ func (h pluginHarness) Start(t *testing.T, opts plugintest.StartOptions) (plugin
 		PluginName:          "skewgate", RootID: "skewgate", VMID: "skewgate",
 		PluginConfiguration: opts.Config,
 		HTTPCalls:           calls,
-		Logger:              slog.New(slog.DiscardHandler),
+		// A callback nesting deeper than Envoy's fixed Wasm stack allows traps here as it would there.
+		CallDepth: &CallDepth{Limit: pluginCallDepthBudget},
+		Logger:    slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		return nil, err
