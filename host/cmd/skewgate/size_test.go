@@ -1,0 +1,65 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// buildFlags are the Makefile's for bin/skewgate.
+var buildFlags = []string{"-trimpath", "-tags", "grpcnotrace"}
+
+// maxBinarySize is bin/skewgate's budget, unstripped, in bytes.
+const maxBinarySize = 38_000_000
+
+// sizeAdvice names what has made the binary grow before.
+const sizeAdvice = `see what links it: go list -tags grpcnotrace -deps ./host/cmd/skewgate, ` +
+	`go tool nm -size -sort size bin/skewgate; above all a package calling reflect's Method or MethodByName ` +
+	`with a computed name (text/template, html/template: the linker then keeps every exported method of every ` +
+	`type), a Kubernetes API types package (k8s.io/api/core/v1's registration keeps all its types) or a test helper`
+
+func TestBuiltBinaryFitsSizeBudget(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "skewgate")
+	out, err := exec.Command("go", append(append([]string{"build"}, buildFlags...), "-o", bin, ".")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	fi, err := os.Stat(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() > maxBinarySize {
+		t.Errorf("bin/skewgate is %d bytes; budget %d: %s", fi.Size(), maxBinarySize, sizeAdvice)
+	}
+}
+
+// TestBinaryLinksNoTemplatesAPITypesOrDemo lists the packages bin/skewgate
+// links: none of those that have made it large, nor the demo, its fakes or
+// test helpers.
+func TestBinaryLinksNoTemplatesAPITypesOrDemo(t *testing.T) {
+	args := append(append([]string{"list", "-deps"}, buildFlags...), "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, ".")
+	out, err := exec.Command("go", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	forbidden := []string{
+		"text/template", "html/template",
+		"k8s.io/api/core/v1", "k8s.io/client-go/kubernetes",
+		"github.com/skewgate/skewgate/host/internal/demo", "github.com/skewgate/skewgate/host/internal/devpki",
+		"github.com/skewgate/skewgate/fixtures", "github.com/skewgate/skewgate/discovery/discoverytest",
+	}
+	importers := map[string][]string{}
+	for line := range strings.Lines(string(out)) {
+		pkg, imports, _ := strings.Cut(strings.TrimSpace(line), " ")
+		for _, imp := range strings.Fields(imports) {
+			importers[imp] = append(importers[imp], pkg)
+		}
+	}
+	for _, f := range forbidden {
+		if by, linked := importers[f]; linked {
+			t.Errorf("bin/skewgate links %s, imported by %s", f, strings.Join(by, ", "))
+		}
+	}
+}
