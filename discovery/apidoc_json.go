@@ -693,7 +693,7 @@ func (v JSONValue) Get(name string) JSONValue {
 
 // getPath reads a member, "name", or a member of a member, "outer.inner";
 // of several members named outer the first object holding inner counts, as
-// it did for the gjson path this replaces.
+// gjson's dotted paths did, which this reader replaced.
 func (v JSONValue) getPath(path string) JSONValue {
 	outer, inner, nested := strings.Cut(path, ".")
 	if !nested {

@@ -5,7 +5,7 @@
 // (KEP-4020) would serve.
 //
 // The package is compiled into the proxy-wasm plugin, so outside tests it depends
-// only on the standard library and github.com/tidwall/gjson, and the request path
+// only on the standard library, and the request path
 // (ParseRequestInfo, NegotiateDiscovery, Index.Decide) does not allocate.
 //
 // # Snapshot format

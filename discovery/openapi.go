@@ -5,8 +5,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-
-	"github.com/tidwall/gjson"
 )
 
 const (
@@ -31,22 +29,22 @@ func (p *OpenAPIPath) URL() string { return openAPIV3Prefix + p.Path + openAPIHa
 // path. Every URL must be the one kube-apiserver writes for its path:
 // "/openapi/v3/<path>?hash=<hash>", the hash letters and digits only.
 func ParseOpenAPIIndex(raw []byte) ([]OpenAPIPath, error) {
-	if !gjson.ValidBytes(raw) {
+	doc, ok := ParseJSON(raw)
+	if !ok {
 		return nil, fmt.Errorf("not valid JSON")
 	}
-	doc := gjson.ParseBytes(raw)
 	paths := doc.Get("paths")
 	if !doc.IsObject() || !paths.IsObject() {
-		return nil, fmt.Errorf("paths: must be an object, got %s", describeRaw(paths))
+		return nil, fmt.Errorf("paths: must be an object, got %s", describeValue(paths))
 	}
-	return parseOpenAPIEntries(paths, func(path string, v gjson.Result) (string, error) {
+	return parseOpenAPIEntries(paths, func(path string, v JSONValue) (string, error) {
 		url := v.Get("serverRelativeURL")
-		if url.Type != gjson.String {
-			return "", fmt.Errorf("paths[%q]: serverRelativeURL: must be a string, got %s", path, describeRaw(url))
+		if !url.IsString() {
+			return "", fmt.Errorf("paths[%q]: serverRelativeURL: must be a string, got %s", path, describeValue(url))
 		}
-		hash, ok := strings.CutPrefix(url.Str, openAPIV3Prefix+path+openAPIHashSep)
+		hash, ok := strings.CutPrefix(url.Str(), openAPIV3Prefix+path+openAPIHashSep)
 		if !ok || hash == "" {
-			return "", fmt.Errorf("paths[%q]: serverRelativeURL: %q is not %s%s%s<hash>", path, url.Str, openAPIV3Prefix, path, openAPIHashSep)
+			return "", fmt.Errorf("paths[%q]: serverRelativeURL: %q is not %s%s%s<hash>", path, url.Str(), openAPIV3Prefix, path, openAPIHashSep)
 		}
 		return hash, nil
 	})
@@ -54,34 +52,33 @@ func ParseOpenAPIIndex(raw []byte) ([]OpenAPIPath, error) {
 
 // parseOpenAPIHashes decodes the snapshot's form of an index,
 // {"<path>":"<hash>"}.
-func parseOpenAPIHashes(v gjson.Result) ([]OpenAPIPath, error) {
+func parseOpenAPIHashes(v JSONValue) ([]OpenAPIPath, error) {
 	if !v.IsObject() {
-		return nil, fmt.Errorf("must be an object of paths and hashes, got %s", describeRaw(v))
+		return nil, fmt.Errorf("must be an object of paths and hashes, got %s", describeValue(v))
 	}
-	return parseOpenAPIEntries(v, func(path string, v gjson.Result) (string, error) {
-		if v.Type != gjson.String {
-			return "", fmt.Errorf("%q: must be a hash, got %s", path, describeRaw(v))
+	return parseOpenAPIEntries(v, func(path string, v JSONValue) (string, error) {
+		if !v.IsString() {
+			return "", fmt.Errorf("%q: must be a hash, got %s", path, describeValue(v))
 		}
-		return v.Str, nil
+		return v.Str(), nil
 	})
 }
 
 // parseOpenAPIEntries reads one flat object with hashOf and checks the
-// entries. One level of iteration whatever the index, so the call depth is
-// the same for any input.
-func parseOpenAPIEntries(obj gjson.Result, hashOf func(path string, v gjson.Result) (string, error)) ([]OpenAPIPath, error) {
+// entries, member by member.
+func parseOpenAPIEntries(obj JSONValue, hashOf func(path string, v JSONValue) (string, error)) ([]OpenAPIPath, error) {
 	var out []OpenAPIPath
-	var err error
-	obj.ForEach(func(k, v gjson.Result) bool {
-		entry := OpenAPIPath{Path: k.Str}
-		if entry.Hash, err = hashOf(k.Str, v); err == nil {
-			err = checkOpenAPIPath(&entry)
+	for members := obj.Members(); members.Next(); {
+		entry := OpenAPIPath{Path: members.Key().Str()}
+		hash, err := hashOf(entry.Path, members.Value())
+		if err != nil {
+			return nil, err
+		}
+		entry.Hash = hash
+		if err := checkOpenAPIPath(&entry); err != nil {
+			return nil, err
 		}
 		out = append(out, entry)
-		return err == nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	sort.Sort(openAPIPathsByPath(out))
 	for i := 1; i < len(out); i++ {

@@ -3,8 +3,6 @@ package discovery
 import (
 	"fmt"
 	"strings"
-
-	"github.com/tidwall/gjson"
 )
 
 // MaxServers bounds a snapshot: server sets are bit masks in a uint64, and no
@@ -137,7 +135,7 @@ func parseServer(i int, s JSONValue) (Server, error) {
 		*f.dst = list
 	}
 	if v := s.Get("openapiV3"); v.Exists() {
-		paths, err := parseOpenAPIHashes(gjson.Parse(v.Raw()))
+		paths, err := parseOpenAPIHashes(v)
 		if err != nil {
 			return Server{}, fmt.Errorf("snapshot: %s: openapiV3: %w", where, err)
 		}
@@ -248,10 +246,4 @@ func describeValue(v JSONValue) string {
 		raw = raw[:37] + "..."
 	}
 	return raw
-}
-
-// describeRaw is describeValue for the OpenAPI index parser, which reads with
-// gjson.
-func describeRaw(v gjson.Result) string {
-	return describeValue(JSONValue{strings.TrimSpace(v.Raw)})
 }
