@@ -61,17 +61,17 @@ func ParseSnapshotValue(doc JSONValue) (*Snapshot, error) {
 	if !doc.IsObject() {
 		return nil, fmt.Errorf("snapshot: must be a JSON object")
 	}
-	gen := doc.Get("generation")
+	var gen, servers, preferred JSONValue
+	firstMembers(doc, []string{"generation", "servers", "preferred"}, []*JSONValue{&gen, &servers, &preferred})
 	generation, ok := gen.Uint()
 	if !ok || generation == 0 {
 		return nil, fmt.Errorf("snapshot: generation: must be a positive integer, got %s", describeValue(gen))
 	}
-	servers := doc.Get("servers")
 	if !servers.IsArray() {
 		return nil, fmt.Errorf("snapshot: servers: must be an array, got %s", describeValue(servers))
 	}
 	snap := &Snapshot{Generation: generation}
-	if preferred := doc.Get("preferred"); preferred.Exists() {
+	if preferred.Exists() {
 		if !preferred.IsString() {
 			return nil, fmt.Errorf("snapshot: preferred: must be a server id, got %s", describeValue(preferred))
 		}
@@ -101,27 +101,31 @@ func parseServer(i int, s JSONValue) (Server, error) {
 		return Server{}, fmt.Errorf("snapshot: servers[%d]: must be an object, got %s", i, describeValue(s))
 	}
 	var srv Server
+	var id, cluster, version, healthy, apis, api, openAPI JSONValue
+	firstMembers(s, []string{"id", "cluster", "version", "healthy", "apis", "api", "openapiV3"},
+		[]*JSONValue{&id, &cluster, &version, &healthy, &apis, &api, &openAPI})
 	for _, f := range []struct {
 		name string
+		v    JSONValue
 		dst  *string
-	}{{"id", &srv.ID}, {"cluster", &srv.Cluster}, {"version", &srv.Version}} {
-		v := s.Get(f.name)
+	}{{"id", id, &srv.ID}, {"cluster", cluster, &srv.Cluster}, {"version", version, &srv.Version}} {
+		v := f.v
 		if !v.IsString() {
 			return Server{}, fmt.Errorf("snapshot: servers[%d]: %s: must be a string, got %s", i, f.name, describeValue(v))
 		}
 		*f.dst = v.Str()
 	}
 	where := serverLabel(i, srv.ID)
-	healthy := s.Get("healthy")
 	if !healthy.IsBool() {
 		return Server{}, fmt.Errorf("snapshot: %s: healthy: must be true or false, got %s", where, describeValue(healthy))
 	}
 	srv.Healthy = healthy.Bool()
 	for _, f := range []struct {
 		name string
+		v    JSONValue
 		dst  *GroupList
-	}{{"apis", &srv.APIs}, {"api", &srv.Core}} {
-		v := s.Get(f.name)
+	}{{"apis", apis, &srv.APIs}, {"api", api, &srv.Core}} {
+		v := f.v
 		if !v.IsObject() {
 			return Server{}, fmt.Errorf("snapshot: %s: %s: must be an APIGroupDiscoveryList object, got %s", where, f.name, describeValue(v))
 		}
@@ -134,14 +138,28 @@ func parseServer(i int, s JSONValue) (Server, error) {
 		}
 		*f.dst = list
 	}
-	if v := s.Get("openapiV3"); v.Exists() {
-		paths, err := parseOpenAPIHashes(v)
+	if openAPI.Exists() {
+		paths, err := parseOpenAPIHashes(openAPI)
 		if err != nil {
 			return Server{}, fmt.Errorf("snapshot: %s: openapiV3: %w", where, err)
 		}
 		srv.OpenAPI = paths
 	}
 	return srv, nil
+}
+
+// firstMembers reads, in one pass over obj, the first member of each name
+// into the matching destination: looking each up with Get would skip over the
+// embedded documents once per name.
+func firstMembers(obj JSONValue, names []string, dsts []*JSONValue) {
+	for members := obj.Members(); members.Next(); {
+		for i, name := range names {
+			if !dsts[i].Exists() && members.Key().is(name) {
+				*dsts[i] = members.Value()
+				break
+			}
+		}
+	}
 }
 
 // Validate checks the invariants every consumer relies on: a positive
