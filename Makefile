@@ -18,6 +18,7 @@ FUZZ_TARGETS := \
 	./discovery:FuzzNegotiateDiscovery \
 	./discovery:FuzzParseGroupList \
 	./discovery:FuzzParseSnapshot \
+	./discovery:FuzzJSONValue \
 	./discovery:FuzzSplitRequestTarget \
 	./plugin:FuzzIdentityFromSubject \
 	./host/internal/gateway:FuzzSubjectRFC2253 \
