@@ -22,16 +22,14 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/skewgate/skewgate/host/internal/promtext"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DefaultInterval is how often files are read again: a renewed certificate is
@@ -99,31 +97,30 @@ func (w *Watcher) add(c checker) {
 	w.mu.Unlock()
 }
 
-// WritePrometheus writes how many reloads of each set of files succeeded and
-// how many new contents were rejected.
-func (w *Watcher) WritePrometheus(out io.Writer) error {
+var (
+	reloadsDesc = prometheus.NewDesc("skewgate_certificate_reloads_total",
+		"New content of certificate, key or CA files taken into use, by the flags naming the files.", []string{"files"}, nil)
+	reloadFailuresDesc = prometheus.NewDesc("skewgate_certificate_reload_failures_total",
+		"New content of certificate, key or CA files rejected (the previous material stays), by the flags naming the files.", []string{"files"}, nil)
+)
+
+// Describe and Collect make the Watcher the prometheus.Collector of how many
+// reloads of each set of files succeeded and how many new contents were
+// rejected.
+func (w *Watcher) Describe(ch chan<- *prometheus.Desc) {
+	ch <- reloadsDesc
+	ch <- reloadFailuresDesc
+}
+
+func (w *Watcher) Collect(ch chan<- prometheus.Metric) {
 	w.mu.Lock()
 	files := slices.Clone(w.files)
 	w.mu.Unlock()
-	pw := promtext.NewWriter(out)
-	type count struct {
-		what              string
-		reloads, failures uint64
-	}
-	var counts []count
 	for _, f := range files {
 		what, reloads, failures := f.counts()
-		counts = append(counts, count{what, reloads, failures})
+		ch <- prometheus.MustNewConstMetric(reloadsDesc, prometheus.CounterValue, float64(reloads), what)
+		ch <- prometheus.MustNewConstMetric(reloadFailuresDesc, prometheus.CounterValue, float64(failures), what)
 	}
-	pw.Family("skewgate_certificate_reloads_total", "counter", "New content of certificate, key or CA files taken into use, by the flags naming the files.")
-	for _, c := range counts {
-		pw.Sample("skewgate_certificate_reloads_total", strconv.FormatUint(c.reloads, 10), "files", c.what)
-	}
-	pw.Family("skewgate_certificate_reload_failures_total", "counter", "New content of certificate, key or CA files rejected (the previous material stays), by the flags naming the files.")
-	for _, c := range counts {
-		pw.Sample("skewgate_certificate_reload_failures_total", strconv.FormatUint(c.failures, 10), "files", c.what)
-	}
-	return pw.Flush()
 }
 
 // source is one set of files and the material parsed from them.

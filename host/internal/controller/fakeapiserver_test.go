@@ -478,11 +478,7 @@ func run(t *testing.T, c *Controller) {
 // exposed, from the controller's Prometheus output; absent samples are 0.
 func metricValue(t *testing.T, c *Controller, series string) float64 {
 	t.Helper()
-	var out strings.Builder
-	if err := c.WritePrometheus(&out); err != nil {
-		t.Fatal(err)
-	}
-	return sampleValue(t, out.String(), series)
+	return sampleValue(t, exposition(t, c), series)
 }
 
 // sampleValue reads one sample from a Prometheus text exposition.
@@ -503,7 +499,7 @@ func sampleValue(t *testing.T, exposition, series string) float64 {
 }
 
 func fetchErrorSeries(address, path, reason string) string {
-	return `skewgate_controller_fetch_errors_total{server="` + address + `",path="` + path + `",reason="` + reason + `"}`
+	return `skewgate_controller_fetch_errors_total{path="` + path + `",reason="` + reason + `",server="` + address + `"}`
 }
 
 // serverByID returns the snapshot's server with id, or nil.

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -29,9 +28,7 @@ func TestServerTurnsUnhealthyAtTheFirstNotReadyAnswerButOnlyAfterConsecutiveUnan
 			var atUnhealthy string
 			rec := &recorder{onOffer: func(snap *discovery.Snapshot) {
 				if s := serverByID(snap, idB); s != nil && !s.Healthy && atUnhealthy == "" {
-					var out strings.Builder
-					_ = c.WritePrometheus(&out)
-					atUnhealthy = out.String()
+					atUnhealthy, _ = writeExposition(c)
 				}
 			}}
 			opts := testOptions(pki, rec, a, b)

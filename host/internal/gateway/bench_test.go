@@ -8,6 +8,9 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"testing"
+	"time"
+
+	"github.com/skewgate/skewgate/host/internal/wasmhost"
 )
 
 // fastBackend answers every request with a small fixed list.
@@ -73,4 +76,19 @@ func BenchmarkPlainReverseProxy(b *testing.B) {
 	clientTransport := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}, Protocols: protocols}
 	b.Cleanup(clientTransport.CloseIdleConnections)
 	benchmarkGet(b, &http.Client{Transport: clientTransport}, front.URL+commonPods)
+}
+
+// BenchmarkRequestMetrics is the bookkeeping of one forwarded request, on
+// every core at once: counted and observed without a lock or an allocation.
+func BenchmarkRequestMetrics(b *testing.B) {
+	m := newMetrics()
+	upstream := &backend{cluster: "kube-a", duration: m.upstream("kube-a")}
+	arrived := time.Now()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		w := &statusRecorder{ResponseWriter: httptest.NewRecorder(), status: http.StatusOK, upstream: upstream}
+		for pb.Next() {
+			m.request(wasmhost.Forward, w, arrived)
+		}
+	})
 }

@@ -43,6 +43,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -179,6 +180,8 @@ func (s *state) lookup(cluster string) *backend {
 type backend struct {
 	cluster, address string
 	inFlight         atomic.Int64
+	// duration is the series of the requests it answers.
+	duration prometheus.Observer
 }
 
 // copyBuffers recycles the buffers responses are copied through: without a
@@ -230,6 +233,7 @@ func (g *Gateway) Apply(rt Routing, configure func() error) error {
 		}
 		if err := configure(); err != nil {
 			g.state.Store(old)
+			g.metrics.forgetUpstreams(old)
 			return err
 		}
 	}
@@ -242,7 +246,8 @@ func (g *Gateway) Apply(rt Routing, configure func() error) error {
 		}
 	}
 	g.state.Store(next)
-	g.metrics.generation.Store(rt.Index.Snapshot().Generation)
+	g.metrics.forgetUpstreams(next)
+	g.metrics.generation.Set(float64(rt.Index.Snapshot().Generation))
 	return nil
 }
 
@@ -266,7 +271,7 @@ func (g *Gateway) build(rt Routing, old *state) (*state, error) {
 			}
 		}
 		if b == nil {
-			b = &backend{cluster: srv.Cluster, address: address}
+			b = &backend{cluster: srv.Cluster, address: address, duration: g.metrics.upstream(srv.Cluster)}
 		}
 		next.servers[i] = b
 		next.byCluster[srv.Cluster] = b
@@ -339,8 +344,8 @@ var errRequestTimeout = errors.New("the request did not complete within the requ
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
 	rec := &statusRecorder{ResponseWriter: w, sessions: &g.sessions}
-	verdict := "none"
-	defer func() { g.metrics.request(verdict, rec.code()) }()
+	verdict := verdictNone
+	defer func() { g.metrics.request(verdict, rec, arrived) }()
 
 	s := g.state.Load()
 	if s == nil {
@@ -363,7 +368,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := g.opts.Plugin.HandleRequestHeaders(r.Context(), req)
-	verdict = out.Verdict.String()
+	verdict = out.Verdict
 	if r.Context().Err() != nil {
 		// The client left while the plugin ran or its call was pending: there
 		// is nobody to answer, and the plugin did not fail.
@@ -371,7 +376,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if out.Failed != nil {
-		g.metrics.pluginFailures.Add(1)
+		g.metrics.pluginFailures.Inc()
 		g.log.Error("the plugin could not process a request", "method", r.Method, "path", r.URL.Path, "error", out.Failed)
 	}
 	switch out.Verdict {
@@ -429,6 +434,7 @@ func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers 
 	}
 	ex.setBackend(target)
 	defer ex.release()
+	defer func() { w.upstream = ex.current() }()
 	ctx := context.WithValue(r.Context(), exchangeKey{}, ex)
 	if !longRunning {
 		// Like kube-apiserver's timeout filter, the deadline covers the whole

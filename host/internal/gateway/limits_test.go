@@ -52,7 +52,7 @@ func TestTooManyHeaderFieldsAreRefusedBeforeThePlugin(t *testing.T) {
 			if err := json.Unmarshal(rec.Body.Bytes(), &s); err != nil || s.Kind != "Status" || s.Code != http.StatusRequestHeaderFieldsTooLarge {
 				t.Errorf("body %s is not a 431 Status (%v)", rec.Body, err)
 			}
-			if m := scrape(t, h); !strings.Contains(m, `skewgate_gateway_requests_total{verdict="none",code="431"} 1`) {
+			if m := scrape(t, h); !strings.Contains(m, `skewgate_gateway_requests_total{code="431",verdict="none"} 1`) {
 				t.Errorf("refusal not counted:\n%s", m)
 			}
 		})
@@ -106,7 +106,7 @@ func TestClientLeavingWhileThePluginRunsIsNotAPluginFailure(t *testing.T) {
 	if !strings.Contains(m, "skewgate_gateway_plugin_failures_total 0\n") {
 		t.Errorf("a client leaving was counted as a plugin failure:\n%s", m)
 	}
-	if !strings.Contains(m, `skewgate_gateway_requests_total{verdict="respond",code="499"} 1`) {
+	if !strings.Contains(m, `skewgate_gateway_requests_total{code="499",verdict="respond"} 1`) {
 		t.Errorf("a client leaving is not counted as 499:\n%s", m)
 	}
 	if body, _ := io.ReadAll(rec.Result().Body); len(body) != 0 {

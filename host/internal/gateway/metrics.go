@@ -1,93 +1,187 @@
 package gateway
 
 import (
-	"cmp"
-	"io"
-	"maps"
-	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
+	"time"
 
-	"github.com/skewgate/skewgate/host/internal/promtext"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/skewgate/skewgate/host/internal/wasmhost"
 )
 
-type requestKey struct {
-	verdict string
-	code    int
-}
+// verdictNone labels a request answered before the plugin ran; the other
+// verdict label values are the plugin's (wasmhost.Verdict).
+const verdictNone = wasmhost.Reset + 1
 
-type upstreamErrorKey struct {
-	backend, kind string
-}
+// requestBuckets span a local answer of the plugin (about a millisecond) to
+// the default request timeout.
+var requestBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
-// metrics are the gateway's counters; the per-backend in-flight gauge is read
-// from the backends themselves.
+// Status codes a request can be counted with from its verdict's table; others
+// (none are sent in practice) take the slower labelled lookup.
+const minCode, maxCode = 100, 599
+
+// metrics are the gateway's counters, gauges and histograms. A request finds
+// its series through per-verdict tables resolved once, so the request path
+// neither locks nor allocates for them; the per-backend in-flight gauge is
+// read from the backends themselves.
 type metrics struct {
-	mu             sync.Mutex
-	requests       map[requestKey]uint64
-	upstreamErrors map[upstreamErrorKey]uint64
+	requests       *prometheus.CounterVec
+	duration       *prometheus.HistogramVec
+	upstreamErrors *prometheus.CounterVec
+	retries        prometheus.Counter
+	pluginFailures prometheus.Counter
+	generation     prometheus.Gauge
+	inFlight       *prometheus.Desc
 
-	retries        atomic.Uint64
-	pluginFailures atomic.Uint64
-	generation     atomic.Uint64
+	byVerdict [verdictNone + 1]verdictSeries
+
+	// upstreams are the clusters with series of their own; guarded by
+	// Gateway.applyMu.
+	upstreams map[string]bool
+}
+
+// verdictSeries are one verdict's series: the request count of each status
+// code, resolved on first use, and the duration of requests that no API
+// server answered.
+type verdictSeries struct {
+	label string
+	codes [maxCode - minCode + 1]atomic.Pointer[prometheus.Counter]
+	local prometheus.Observer
 }
 
 func newMetrics() *metrics {
-	return &metrics{requests: map[requestKey]uint64{}, upstreamErrors: map[upstreamErrorKey]uint64{}}
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_gateway_requests_total",
+			Help: "Requests by the plugin's verdict (none: answered before the plugin ran) and the status code sent (101: protocol switched, 499: client left).",
+		}, []string{"verdict", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "skewgate_gateway_request_duration_seconds",
+			Help: "Time from a request's arrival to its response headers (a watch or an upgraded connection counts until it started), " +
+				"by the plugin's verdict and the cluster of the API server that answered (upstream; empty when the gateway or the plugin answered).",
+			Buckets: requestBuckets,
+		}, []string{"verdict", "upstream"}),
+		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_gateway_upstream_errors_total",
+			Help: "Failed attempts to reach an API server, by backend cluster and kind (connect, tls, timeout, transport; shutting_down: the server refused the request while shutting down).",
+		}, []string{"backend", "kind"}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "skewgate_gateway_retries_total",
+			Help: "Requests sent again to another API server because the previous one provably did not process them (unreachable, or shutting down).",
+		}),
+		pluginFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "skewgate_gateway_plugin_failures_total",
+			Help: "Requests the plugin could not process (answered by the failure policy).",
+		}),
+		generation: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "skewgate_gateway_snapshot_generation",
+			Help: "Generation of the snapshot the gateway routes with.",
+		}),
+		inFlight: prometheus.NewDesc("skewgate_gateway_backend_in_flight",
+			"Requests being proxied to each API server, open watches and upgraded connections included.", []string{"backend"}, nil),
+		upstreams: map[string]bool{},
+	}
+	for v := range m.byVerdict {
+		s := &m.byVerdict[v]
+		s.label = wasmhost.Verdict(v).String()
+		if wasmhost.Verdict(v) == verdictNone {
+			s.label = "none"
+		}
+		s.local = m.duration.WithLabelValues(s.label, "")
+	}
+	return m
 }
 
-func (m *metrics) request(verdict string, code int) {
-	m.mu.Lock()
-	m.requests[requestKey{verdict, code}]++
-	m.mu.Unlock()
+// request counts a finished request and observes its duration: upstream is
+// the backend that answered it, if any.
+func (m *metrics) request(verdict wasmhost.Verdict, w *statusRecorder, arrived time.Time) {
+	s := &m.byVerdict[verdict]
+	code := w.code()
+	if code >= minCode && code <= maxCode {
+		cell := &s.codes[code-minCode]
+		c := cell.Load()
+		if c == nil {
+			counter := m.requests.WithLabelValues(s.label, strconv.Itoa(code))
+			cell.Store(&counter)
+			c = &counter
+		}
+		(*c).Inc()
+	} else {
+		m.requests.WithLabelValues(s.label, strconv.Itoa(code)).Inc()
+	}
+	answered := w.answered
+	if answered.IsZero() {
+		answered = time.Now()
+	}
+	observer := s.local
+	if w.upstream != nil && verdict == wasmhost.Forward {
+		observer = w.upstream.duration
+	}
+	observer.Observe(answered.Sub(arrived).Seconds())
 }
 
 func (m *metrics) upstreamError(backend, kind string) {
-	m.mu.Lock()
-	m.upstreamErrors[upstreamErrorKey{backend, kind}]++
-	m.mu.Unlock()
+	m.upstreamErrors.WithLabelValues(backend, kind).Inc()
 }
 
-// WritePrometheus writes the gateway's metrics in the Prometheus text format.
-func (g *Gateway) WritePrometheus(w io.Writer) error {
-	m := g.metrics
-	m.mu.Lock()
-	requests, upstreamErrors := maps.Clone(m.requests), maps.Clone(m.upstreamErrors)
-	m.mu.Unlock()
+// upstream returns the duration series of requests cluster answers; called
+// under Gateway.applyMu.
+func (m *metrics) upstream(cluster string) prometheus.Observer {
+	m.upstreams[cluster] = true
+	return m.duration.WithLabelValues(wasmhost.Forward.String(), cluster)
+}
 
-	pw := promtext.NewWriter(w)
-	header, sample := pw.Family, pw.Sample
+// forgetUpstreams drops the series of clusters s no longer routes to, so that
+// API servers coming and going do not grow the exposition forever; called
+// under Gateway.applyMu.
+func (m *metrics) forgetUpstreams(s *state) {
+	for cluster := range m.upstreams {
+		if s != nil && s.lookup(cluster) != nil {
+			continue
+		}
+		delete(m.upstreams, cluster)
+		m.duration.DeleteLabelValues(wasmhost.Forward.String(), cluster)
+		m.upstreamErrors.DeletePartialMatch(prometheus.Labels{"backend": cluster})
+	}
+}
 
-	header("skewgate_gateway_requests_total", "counter",
-		"Requests by the plugin's verdict (none: answered before the plugin ran) and the status code sent (101: protocol switched, 499: client left).")
-	for _, k := range slices.SortedFunc(maps.Keys(requests), func(a, b requestKey) int {
-		return cmp.Or(cmp.Compare(a.verdict, b.verdict), cmp.Compare(a.code, b.code))
-	}) {
-		sample("skewgate_gateway_requests_total", strconv.FormatUint(requests[k], 10), "verdict", k.verdict, "code", strconv.Itoa(k.code))
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.requests, m.duration, m.upstreamErrors, m.retries, m.pluginFailures, m.generation}
+}
+
+// Describe and Collect make the Gateway the prometheus.Collector of its
+// metrics.
+func (g *Gateway) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range g.metrics.collectors() {
+		c.Describe(ch)
 	}
-	header("skewgate_gateway_upstream_errors_total", "counter",
-		"Failed attempts to reach an API server, by backend cluster and kind (connect, tls, timeout, transport; shutting_down: the server refused the request while shutting down).")
-	for _, k := range slices.SortedFunc(maps.Keys(upstreamErrors), func(a, b upstreamErrorKey) int {
-		return cmp.Or(cmp.Compare(a.backend, b.backend), cmp.Compare(a.kind, b.kind))
-	}) {
-		sample("skewgate_gateway_upstream_errors_total", strconv.FormatUint(upstreamErrors[k], 10), "backend", k.backend, "kind", k.kind)
+	ch <- g.metrics.inFlight
+}
+
+func (g *Gateway) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range g.metrics.collectors() {
+		c.Collect(ch)
 	}
-	header("skewgate_gateway_retries_total", "counter", "Requests sent again to another API server because the previous one provably did not process them (unreachable, or shutting down).")
-	sample("skewgate_gateway_retries_total", strconv.FormatUint(m.retries.Load(), 10))
-	header("skewgate_gateway_plugin_failures_total", "counter", "Requests the plugin could not process (answered by the failure policy).")
-	sample("skewgate_gateway_plugin_failures_total", strconv.FormatUint(m.pluginFailures.Load(), 10))
-	header("skewgate_gateway_snapshot_generation", "gauge", "Generation of the snapshot the gateway routes with.")
-	sample("skewgate_gateway_snapshot_generation", strconv.FormatUint(m.generation.Load(), 10))
-	header("skewgate_gateway_backend_in_flight", "gauge", "Requests being proxied to each API server, open watches and upgraded connections included.")
-	if s := g.state.Load(); s != nil {
-		backends := slices.Collect(maps.Values(s.byCluster))
-		backends = append(backends, slices.Collect(maps.Values(s.retired))...)
-		slices.SortFunc(backends, func(a, b *backend) int { return cmp.Compare(a.cluster, b.cluster) })
-		backends = slices.CompactFunc(backends, func(a, b *backend) bool { return a.cluster == b.cluster })
-		for _, b := range backends {
-			sample("skewgate_gateway_backend_in_flight", strconv.FormatInt(b.inFlight.Load(), 10), "backend", b.cluster)
+	s := g.state.Load()
+	if s == nil {
+		return
+	}
+	// A cluster that moved has a backend in both sets while requests to its
+	// old address finish; while the plugin switches, one backend can be in
+	// both.
+	inFlight := make(map[string]int64, len(s.byCluster)+len(s.retired))
+	seen := make(map[*backend]bool, len(s.byCluster)+len(s.retired))
+	for _, set := range []map[string]*backend{s.byCluster, s.retired} {
+		for _, b := range set {
+			if !seen[b] {
+				seen[b] = true
+				inFlight[b.cluster] += b.inFlight.Load()
+			}
 		}
 	}
-	return pw.Flush()
+	for cluster, n := range inFlight {
+		ch <- prometheus.MustNewConstMetric(g.metrics.inFlight, prometheus.GaugeValue, float64(n), cluster)
+	}
 }

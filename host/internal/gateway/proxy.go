@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -215,7 +216,7 @@ func (t *backendTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 			_, _ = io.Copy(io.Discard, resp.Body)
 			_ = resp.Body.Close()
 		}
-		t.g.metrics.retries.Add(1)
+		t.g.metrics.retries.Inc()
 		t.g.log.Info("API server "+why+"; sending the request to another one", "from", sent.cluster, "to", next.cluster,
 			"method", req.Method, "path", req.URL.Path, "error", err)
 		ex.setBackend(next)
@@ -299,19 +300,24 @@ func errorKind(err error) string {
 	return "transport"
 }
 
-// statusRecorder remembers the status code written, and lets the reverse
-// proxy flush and hijack the underlying writer.
+// statusRecorder remembers the status code written, when and by which
+// backend, and lets the reverse proxy flush and hijack the underlying writer.
 type statusRecorder struct {
 	http.ResponseWriter
 	sessions   *sessions
 	status     int
 	hijacked   bool
 	clientGone bool
+	// answered is when the response headers went out; upstream is the
+	// backend the request was last sent to.
+	answered time.Time
+	upstream *backend
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
 	if r.status == 0 && code >= 200 {
 		r.status = code
+		r.answered = time.Now()
 	}
 	r.ResponseWriter.WriteHeader(code)
 }
@@ -319,6 +325,7 @@ func (r *statusRecorder) WriteHeader(code int) {
 func (r *statusRecorder) Write(b []byte) (int, error) {
 	if r.status == 0 {
 		r.status = http.StatusOK
+		r.answered = time.Now()
 	}
 	return r.ResponseWriter.Write(b)
 }
@@ -333,6 +340,7 @@ func (r *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	r.hijacked = true
+	r.answered = time.Now()
 	return r.sessions.track(conn), rw, nil
 }
 

@@ -1,22 +1,28 @@
 package serve
 
 import (
-	"bufio"
 	"bytes"
 	"io"
+	"log/slog"
 	"net/http"
-	"strconv"
+	"sync/atomic"
 	"time"
 
-	"github.com/skewgate/skewgate/host/internal/statuspage"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/skewgate/skewgate/host/internal/promtext"
+	"github.com/skewgate/skewgate/host/internal/statuspage"
 )
 
 // metricsHandler serves the operator endpoints.
 func (s *Server) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /metrics", s.serveMetrics)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metricsRegistry(), promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// A collector that fails costs its own series, not the scrape.
+		ErrorHandling: promhttp.ContinueOnError,
+	}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeText(w, http.StatusOK, "ok\n")
 	})
@@ -69,41 +75,51 @@ func (s *Server) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(b.Bytes())
 }
 
-// serveMetrics writes the gateway's, the plugin host's, the controller's, the
-// certificate files' and this process's own metrics.
-func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", promtext.ContentType)
-	bw := bufio.NewWriter(w)
-	write := func(f func(io.Writer) error) {
-		if err := f(bw); err != nil {
-			s.log.Warn("writing metrics failed", "error", err)
-		}
+// metricsRegistry holds the gateway's, the plugin host's, the controller's,
+// the certificate files', the xDS server's and this server's own metrics, and
+// the Go runtime's and the process's.
+func (s *Server) metricsRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	counter := func(name, help string, v *atomic.Uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v.Load()) })
 	}
-	write(s.gw.WritePrometheus)
-	if host := s.plugins.host.Load(); host != nil {
-		write(host.WritePrometheus)
-	}
-	write(s.ctrl.WritePrometheus)
-	write(s.certificates.WritePrometheus)
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		s.gw,
+		pluginMetrics{s.plugins},
+		s.ctrl,
+		s.certificates,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skewgate_ready", Help: "1 once a snapshot was accepted by the plugin VMs."},
+			func() float64 {
+				if s.Ready() {
+					return 1
+				}
+				return 0
+			}),
+		counter("skewgate_configuration_rejections_total", "Snapshots the plugin VMs did not accept; the previous configuration stayed.",
+			&s.counts.configRejections),
+		counter("skewgate_ecds_writes_total", "Envoy ECDS files written.", &s.counts.ecdsWrites),
+		counter("skewgate_ecds_write_failures_total", "Envoy ECDS files that could not be written.", &s.counts.ecdsFailures),
+		counter("skewgate_xds_publish_failures_total", "Accepted plugin configurations the xDS management server could not be given.",
+			&s.counts.xdsFailures),
+	)
 	if s.xds != nil {
-		write(s.xds.WritePrometheus)
+		reg.MustRegister(s.xds)
 	}
-	ready := "0"
-	if s.Ready() {
-		ready = "1"
+	return reg
+}
+
+// pluginMetrics collects the plugin host's metrics once the first snapshot
+// has started it.
+type pluginMetrics struct{ plugins *pluginSlot }
+
+// Describe sends nothing, as the host does: the plugin defines its metrics
+// while it runs.
+func (pluginMetrics) Describe(chan<- *prometheus.Desc) {}
+
+func (p pluginMetrics) Collect(ch chan<- prometheus.Metric) {
+	if host := p.plugins.host.Load(); host != nil {
+		host.Collect(ch)
 	}
-	pw := promtext.NewWriter(bw)
-	for _, m := range []struct{ name, kind, help, value string }{
-		{"skewgate_ready", "gauge", "1 once a snapshot was accepted by the plugin VMs.", ready},
-		{"skewgate_configuration_rejections_total", "counter", "Snapshots the plugin VMs did not accept; the previous configuration stayed.",
-			strconv.FormatUint(s.counts.configRejections.Load(), 10)},
-		{"skewgate_ecds_writes_total", "counter", "Envoy ECDS files written.", strconv.FormatUint(s.counts.ecdsWrites.Load(), 10)},
-		{"skewgate_ecds_write_failures_total", "counter", "Envoy ECDS files that could not be written.", strconv.FormatUint(s.counts.ecdsFailures.Load(), 10)},
-		{"skewgate_xds_publish_failures_total", "counter", "Accepted plugin configurations the xDS management server could not be given.", strconv.FormatUint(s.counts.xdsFailures.Load(), 10)},
-	} {
-		pw.Family(m.name, m.kind, m.help)
-		pw.Sample(m.name, m.value)
-	}
-	_ = pw.Flush()
-	_ = bw.Flush()
 }

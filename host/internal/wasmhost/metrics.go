@@ -2,13 +2,12 @@ package wasmhost
 
 import (
 	"cmp"
-	"io"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
-	"github.com/skewgate/skewgate/host/internal/promtext"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 type metricKind uint32
@@ -150,20 +149,22 @@ func sanitizeMetricName(name string) string {
 	return string(b)
 }
 
-// WritePrometheus writes the plugin's metrics and the host's own metrics in the Prometheus text format.
+// Describe sends nothing: the plugin defines its metrics while it runs, so a
+// Host is an unchecked prometheus.Collector.
+func (h *Host) Describe(chan<- *prometheus.Desc) {}
+
+// Collect sends the plugin's metrics and the host's own.
 //
 // Plugin metrics are named as Envoy exports them (see sanitizeMetricName). Counters and histograms are summed
 // over instances; a gauge is the value held by the instance whose root context was configured most recently.
-// If two plugin metrics sanitise to the same name, only the first in (name, type) order is written.
+// If two plugin metrics sanitise to the same name, only the first in (name, type) order is sent.
 // Host metrics are prefixed "skewgate_wasm_"; a plugin metric that sanitises to a host metric's name is dropped.
-func (h *Host) WritePrometheus(w io.Writer) error {
-	pw := promtext.NewWriter(w)
+func (h *Host) Collect(ch chan<- prometheus.Metric) {
 	metrics := h.metrics.all()
 	slices.SortFunc(metrics, func(a, b *metric) int {
 		return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.kind, b.kind))
 	})
-	hostMetrics := h.hostMetrics()
-	written := make(map[string]bool)
+	written := make(map[string]bool, len(metrics)+len(hostMetrics))
 	for _, hm := range hostMetrics {
 		written[hm.name] = true
 	}
@@ -174,27 +175,23 @@ func (h *Host) WritePrometheus(w io.Writer) error {
 			continue
 		}
 		written[name] = true
+		desc := prometheus.NewDesc(name, "Plugin metric "+strconv.Quote(m.name)+".", nil, nil)
 		switch m.kind {
 		case metricCounter:
-			writeSample(pw, name, "counter", strconv.FormatUint(m.counterTotal(), 10))
+			ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(m.counterTotal()))
 		case metricGauge:
-			writeSample(pw, name, "gauge", strconv.FormatInt(m.cells[gaugeCell].value.Load(), 10))
+			ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(m.cells[gaugeCell].value.Load()))
 		case metricHistogram:
-			writeHistogram(pw, name, m)
+			ch <- m.histogram(desc)
 		}
 	}
 	for _, hm := range hostMetrics {
-		writeSample(pw, hm.name, hm.kind, hm.value)
+		ch <- prometheus.MustNewConstMetric(hm.desc, hm.kind, hm.value(&h.counters))
 	}
-	return pw.Flush()
 }
 
-func writeSample(w *promtext.Writer, name, kind, value string) {
-	w.Family(name, kind, "")
-	w.Sample(name, value)
-}
-
-func writeHistogram(w *promtext.Writer, name string, m *metric) {
+// histogram sums the instances' cells of a histogram metric.
+func (m *metric) histogram(desc *prometheus.Desc) prometheus.Metric {
 	var buckets [len(histogramBounds) + 1]uint64
 	var sum, count uint64
 	for i := range m.cells {
@@ -205,19 +202,14 @@ func writeHistogram(w *promtext.Writer, name string, m *metric) {
 		sum += c.sum.Load()
 		count += c.count.Load()
 	}
-	w.Family(name, "histogram", "")
-	var cumulative uint64
+	cumulative := make(map[float64]uint64, len(histogramBounds))
+	var n uint64
 	for b, bound := range histogramBounds {
-		cumulative += buckets[b]
-		w.Sample(name+"_bucket", strconv.FormatUint(cumulative, 10), "le", strconv.FormatFloat(bound, 'g', -1, 64))
+		n += buckets[b]
+		cumulative[bound] = n
 	}
-	cumulative += buckets[len(histogramBounds)]
-	w.Sample(name+"_bucket", strconv.FormatUint(cumulative, 10), "le", "+Inf")
-	w.Sample(name+"_sum", strconv.FormatUint(sum, 10))
-	w.Sample(name+"_count", strconv.FormatUint(count, 10))
+	return prometheus.MustNewConstHistogram(desc, count, float64(sum), cumulative)
 }
-
-type hostMetric struct{ name, kind, value string }
 
 // hostCounters are the host's own metrics.
 type hostCounters struct {
@@ -237,24 +229,48 @@ type hostCounters struct {
 	httpCallsCancelled   atomic.Uint64 // abandoned because their stream ended first
 }
 
-func (h *Host) hostMetrics() []hostMetric {
-	c := &h.counters
-	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
-	return []hostMetric{
-		{"skewgate_wasm_traps_total", "counter", u(c.traps.Load())},
-		{"skewgate_wasm_instance_recreations_total", "counter", u(c.recreations.Load())},
-		{"skewgate_wasm_instance_recreation_failures_total", "counter", u(c.recreationFailures.Load())},
-		{"skewgate_wasm_crash_loop_backoffs_total", "counter", u(c.crashLoopBackoffs.Load())},
-		{"skewgate_wasm_configurations_applied_total", "counter", u(c.configurationApplied.Load())},
-		{"skewgate_wasm_configuration_rejections_total", "counter", u(c.configRejections.Load())},
-		{"skewgate_wasm_failed_requests_total", "counter", u(c.failedRequests.Load())},
-		{"skewgate_wasm_pool_waits_total", "counter", u(c.poolWaits.Load())},
-		{"skewgate_wasm_pool_wait_seconds_total", "counter",
-			strconv.FormatFloat(float64(c.poolWaitNanos.Load())/1e9, 'g', -1, 64)},
-		{"skewgate_wasm_pool_timeouts_total", "counter", u(c.poolTimeouts.Load())},
-		{"skewgate_wasm_http_calls_total", "counter", u(c.httpCalls.Load())},
-		{"skewgate_wasm_http_call_failures_total", "counter", u(c.httpCallFailures.Load())},
-		{"skewgate_wasm_http_calls_cancelled_total", "counter", u(c.httpCallsCancelled.Load())},
-		{"skewgate_wasm_instances_live", "gauge", strconv.FormatInt(c.liveInstances.Load(), 10)},
-	}
+// hostMetric is one of the host's own metrics, read from hostCounters.
+type hostMetric struct {
+	name  string
+	desc  *prometheus.Desc
+	kind  prometheus.ValueType
+	value func(*hostCounters) float64
+}
+
+func hostCounter(name, help string, counter func(*hostCounters) *atomic.Uint64) hostMetric {
+	return hostMetric{name, prometheus.NewDesc(name, help, nil, nil), prometheus.CounterValue,
+		func(c *hostCounters) float64 { return float64(counter(c).Load()) }}
+}
+
+var hostMetrics = []hostMetric{
+	hostCounter("skewgate_wasm_traps_total", "Plugin calls that trapped; the instance is recreated.",
+		func(c *hostCounters) *atomic.Uint64 { return &c.traps }),
+	hostCounter("skewgate_wasm_instance_recreations_total", "Instances recreated after a trap.",
+		func(c *hostCounters) *atomic.Uint64 { return &c.recreations }),
+	hostCounter("skewgate_wasm_instance_recreation_failures_total", "Attempts to recreate an instance that failed; retried with backoff.",
+		func(c *hostCounters) *atomic.Uint64 { return &c.recreationFailures }),
+	hostCounter("skewgate_wasm_crash_loop_backoffs_total", "Recreations delayed beyond the first because the instance kept trapping.",
+		func(c *hostCounters) *atomic.Uint64 { return &c.crashLoopBackoffs }),
+	hostCounter("skewgate_wasm_configurations_applied_total", "Plugin configurations every instance accepted.",
+		func(c *hostCounters) *atomic.Uint64 { return &c.configurationApplied }),
+	hostCounter("skewgate_wasm_configuration_rejections_total", "Plugin configurations an instance rejected; the previous one stays.",
+		func(c *hostCounters) *atomic.Uint64 { return &c.configRejections }),
+	hostCounter("skewgate_wasm_failed_requests_total", "Requests the plugin could not process, answered by the failure policy.",
+		func(c *hostCounters) *atomic.Uint64 { return &c.failedRequests }),
+	hostCounter("skewgate_wasm_pool_waits_total", "Requests that waited for a free instance.",
+		func(c *hostCounters) *atomic.Uint64 { return &c.poolWaits }),
+	{"skewgate_wasm_pool_wait_seconds_total",
+		prometheus.NewDesc("skewgate_wasm_pool_wait_seconds_total", "Time requests spent waiting for a free instance.", nil, nil),
+		prometheus.CounterValue, func(c *hostCounters) float64 { return float64(c.poolWaitNanos.Load()) / 1e9 }},
+	hostCounter("skewgate_wasm_pool_timeouts_total", "Requests that found no free instance within the pool timeout.",
+		func(c *hostCounters) *atomic.Uint64 { return &c.poolTimeouts }),
+	hostCounter("skewgate_wasm_http_calls_total", "HTTP calls the plugin dispatched.",
+		func(c *hostCounters) *atomic.Uint64 { return &c.httpCalls }),
+	hostCounter("skewgate_wasm_http_call_failures_total", "HTTP calls delivered to the plugin without a response (error or timeout).",
+		func(c *hostCounters) *atomic.Uint64 { return &c.httpCallFailures }),
+	hostCounter("skewgate_wasm_http_calls_cancelled_total", "HTTP calls abandoned because their stream ended first.",
+		func(c *hostCounters) *atomic.Uint64 { return &c.httpCallsCancelled }),
+	{"skewgate_wasm_instances_live",
+		prometheus.NewDesc("skewgate_wasm_instances_live", "Instances running; fewer than configured while trapped ones are recreated.", nil, nil),
+		prometheus.GaugeValue, func(c *hostCounters) float64 { return float64(c.liveInstances.Load()) }},
 }

@@ -15,10 +15,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +29,7 @@ import (
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -41,8 +40,6 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"sigs.k8s.io/yaml"
-
-	"github.com/skewgate/skewgate/host/internal/promtext"
 )
 
 // fleetKey is the snapshot cache's one node key: every Envoy in front of the
@@ -229,26 +226,34 @@ func ParseExtensionConfig(doc []byte) (*corev3.TypedExtensionConfig, error) {
 	return &ext, nil
 }
 
-// WritePrometheus writes the server's metrics.
-func (s *Server) WritePrometheus(out io.Writer) error {
+var (
+	streamsDesc     = prometheus.NewDesc("skewgate_xds_streams", "Open xDS streams.", nil, nil)
+	pushesDesc      = prometheus.NewDesc("skewgate_xds_pushes_total", "Plugin configurations sent to Envoys.", nil, nil)
+	acksDesc        = prometheus.NewDesc("skewgate_xds_acks_total", "Plugin configurations Envoys accepted.", nil, nil)
+	nacksDesc       = prometheus.NewDesc("skewgate_xds_nacks_total", "Plugin configurations Envoys rejected; each kept the one it had.", nil, nil)
+	versionInfoDesc = prometheus.NewDesc("skewgate_xds_version_info",
+		"The version served: replicas given the same snapshot serve the same one.", []string{"version"}, nil)
+)
+
+// Describe and Collect make the Server the prometheus.Collector of its
+// metrics.
+func (s *Server) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{streamsDesc, pushesDesc, acksDesc, nacksDesc, versionInfoDesc} {
+		ch <- d
+	}
+}
+
+func (s *Server) Collect(ch chan<- prometheus.Metric) {
 	s.mu.Lock()
 	streams := len(s.streams)
 	s.mu.Unlock()
-	w := promtext.NewWriter(out)
-	for _, m := range []struct{ name, kind, help, value string }{
-		{"skewgate_xds_streams", "gauge", "Open xDS streams.", strconv.Itoa(streams)},
-		{"skewgate_xds_pushes_total", "counter", "Plugin configurations sent to Envoys.", strconv.FormatUint(s.pushes.Load(), 10)},
-		{"skewgate_xds_acks_total", "counter", "Plugin configurations Envoys accepted.", strconv.FormatUint(s.acks.Load(), 10)},
-		{"skewgate_xds_nacks_total", "counter", "Plugin configurations Envoys rejected; each kept the one it had.", strconv.FormatUint(s.nacks.Load(), 10)},
-	} {
-		w.Family(m.name, m.kind, m.help)
-		w.Sample(m.name, m.value)
-	}
+	ch <- prometheus.MustNewConstMetric(streamsDesc, prometheus.GaugeValue, float64(streams))
+	ch <- prometheus.MustNewConstMetric(pushesDesc, prometheus.CounterValue, float64(s.pushes.Load()))
+	ch <- prometheus.MustNewConstMetric(acksDesc, prometheus.CounterValue, float64(s.acks.Load()))
+	ch <- prometheus.MustNewConstMetric(nacksDesc, prometheus.CounterValue, float64(s.nacks.Load()))
 	if v := s.version.Load(); v != nil {
-		w.Family("skewgate_xds_version_info", "gauge", "The version served: replicas given the same snapshot serve the same one.")
-		w.Sample("skewgate_xds_version_info", "1", "version", *v)
+		ch <- prometheus.MustNewConstMetric(versionInfoDesc, prometheus.GaugeValue, 1, *v)
 	}
-	return w.Flush()
 }
 
 func (s *Server) opened(ctx context.Context, key streamKey) {

@@ -17,6 +17,8 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	extensionv3 "github.com/envoyproxy/go-control-plane/envoy/service/extension/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -296,11 +298,21 @@ func waitForWatches(t testing.TB, s *testServer, n int, subs ...*subscriber) {
 	}
 }
 
+// metrics is the server's metrics in the text format, as /metrics serves
+// them.
 func metrics(t testing.TB, s *testServer) string {
 	t.Helper()
-	var b bytes.Buffer
-	if err := s.WritePrometheus(&b); err != nil {
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(s.Server)
+	families, err := reg.Gather()
+	if err != nil {
 		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, mf := range families {
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return b.String()
 }

@@ -1,0 +1,61 @@
+package wasmhost
+
+import (
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+)
+
+// WritePrometheus writes the host's metrics in the text format, as /metrics
+// serves them.
+func (h *Host) WritePrometheus(w io.Writer) error {
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(h); err != nil {
+		return err
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		return err
+	}
+	for _, mf := range families {
+		if _, err := expfmt.MetricFamilyToText(w, mf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func TestPluginMetricsThatCollideAreSentOnce(t *testing.T) {
+	h := &Host{metrics: newMetricRegistry(2)}
+	add := func(kind metricKind, name string, cell int, v int64) {
+		h.metrics.lookup(h.metrics.define(kind, name)).cells[cell].value.Add(v)
+	}
+	add(metricCounter, "requests.total", 0, 2)
+	add(metricCounter, "requests.total", 1, 3)
+	// Sanitised to the same name as the one above, which sorts first.
+	add(metricCounter, "requests_total", 0, 7)
+	add(metricGauge, "requests.total", 0, 9)
+	// Sanitised to a host metric's name.
+	add(metricCounter, "skewgate.wasm.traps_total", 0, 4)
+	h.counters.traps.Add(1)
+
+	var b strings.Builder
+	if err := h.WritePrometheus(&b); err != nil {
+		t.Fatalf("the registry refused the metrics: %v", err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"# HELP requests_total Plugin metric \"requests.total\".\n# TYPE requests_total counter\nrequests_total 5\n",
+		"skewgate_wasm_traps_total 1\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "\nrequests_total "); n != 1 {
+		t.Errorf("requests_total sent %d times:\n%s", n, out)
+	}
+}
