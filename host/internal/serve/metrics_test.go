@@ -1,10 +1,14 @@
 package serve
 
 import (
+	"encoding/json"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/klog/v2"
 )
 
 func TestMetricsEndpointExposesRuntimeProcessAndRequestDurationMetrics(t *testing.T) {
@@ -31,5 +35,31 @@ func TestMetricsEndpointExposesRuntimeProcessAndRequestDurationMetrics(t *testin
 	}
 	if n := strings.Count(metrics, "# TYPE skewgate_gateway_requests_total "); n != 1 {
 		t.Errorf("skewgate_gateway_requests_total described %d times", n)
+	}
+}
+
+func TestClientGoLogsGoIntoTheStructuredLog(t *testing.T) {
+	f := newFixture(t)
+	logs := &logBuffer{}
+	f.cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	if _, err := New(f.cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(klog.ClearLogger)
+	klog.InfoS("watch closed", "resource", "leases")
+	klog.Background().Error(nil, "list failed")
+	var records []map[string]any
+	for line := range strings.Lines(logs.String()) {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("not a structured record: %q", line)
+		}
+		if r["component"] == "client-go" {
+			records = append(records, r)
+		}
+	}
+	if len(records) != 2 || records[0]["msg"] != "watch closed" || records[0]["resource"] != "leases" || records[0]["level"] != "INFO" ||
+		records[1]["msg"] != "list failed" || records[1]["level"] != "ERROR" {
+		t.Errorf("client-go records %v in\n%s", records, logs)
 	}
 }

@@ -25,6 +25,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/host/internal/certfile"
@@ -184,6 +185,9 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// client-go and apimachinery log through klog, which is process-wide:
+	// their messages join the structured log instead of stderr.
+	klog.SetSlogLogger(cfg.Logger.With("component", "client-go"))
 	s := &Server{cfg: cfg, log: cfg.Logger, plugins: &pluginSlot{}}
 	if !isLoopback(cfg.MetricsBindAddress) {
 		s.log.Warn("--metrics-bind-address is not a loopback address: /metrics, /debug/snapshot (every API server's discovery) and the status page are served there in plain HTTP without authentication to anyone who can reach it",
