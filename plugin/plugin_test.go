@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,27 +14,26 @@ import (
 	"github.com/skewgate/skewgate/plugin/plugintest"
 )
 
-// The suite runs natively and against the built module (make build writes it)
-// under proxytest, so what is tested is what Envoy loads; host/internal/wasmhost
-// runs it a third time in skewgate's Envoy-faithful host.
-const builtModule = "../build/skewgate.wasm"
-
+// The suite runs natively and against the module built from this tree under
+// proxytest, so what is tested is what Envoy loads; host/internal/wasmhost runs
+// it a third time in skewgate's Envoy-faithful host.
 func TestPluginNative(t *testing.T) {
 	plugintest.Run(t, proxytestHarness{vm: func(*testing.T) types.VMContext { return &vmContext{} }})
 }
 
 func TestPluginWasmUnderProxytest(t *testing.T) {
 	plugintest.Run(t, proxytestHarness{vm: func(t *testing.T) types.VMContext {
-		readBuiltModule(t)
 		vm, err := builtModuleVM()
 		if err != nil {
-			t.Fatalf("load %s: %v", builtModule, err)
+			t.Fatalf("load the built module: %v", err)
 		}
 		return vm
 	}})
 }
 
-var builtModuleOnce = sync.OnceValues(func() ([]byte, error) { return os.ReadFile(builtModule) })
+// builtModule is the module built from the source in the tree, once per test
+// binary and only when a test asks for it.
+var builtModule = sync.OnceValues(func() ([]byte, error) { return plugintest.BuildModule(false) })
 
 // builtModuleVM is one instance of the built module that every Start reuses:
 // compiling the module takes seconds, and a Start creates the root context
@@ -43,7 +41,7 @@ var builtModuleOnce = sync.OnceValues(func() ([]byte, error) { return os.ReadFil
 // VM by creating a new root context in it). It lives as long as the test
 // binary.
 var builtModuleVM = sync.OnceValues(func() (types.VMContext, error) {
-	wasm, err := builtModuleOnce()
+	wasm, err := builtModule()
 	if err != nil {
 		return nil, err
 	}
@@ -52,9 +50,9 @@ var builtModuleVM = sync.OnceValues(func() (types.VMContext, error) {
 
 func readBuiltModule(t *testing.T) []byte {
 	t.Helper()
-	wasm, err := builtModuleOnce()
+	wasm, err := builtModule()
 	if err != nil {
-		t.Fatalf("the built plugin is missing (run `make build`): %v", err)
+		t.Fatal(err)
 	}
 	return wasm
 }
@@ -159,7 +157,7 @@ func (p *proxytestPlugin) RouteCacheClears() int { return p.clears }
 func BenchmarkHeaderFloodStripping(b *testing.B) {
 	vm, err := builtModuleVM()
 	if err != nil {
-		b.Fatalf("load %s: %v", builtModule, err)
+		b.Fatalf("load the built module: %v", err)
 	}
 	for _, n := range []int{1000, 4000, 16000} {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
