@@ -222,6 +222,7 @@ func (g *Gateway) Apply(rt Routing, configure func() error) error {
 	old := g.state.Load()
 	next, err := g.build(rt, old)
 	if err != nil {
+		g.metrics.forgetUpstreams(old)
 		return err
 	}
 	if configure != nil {

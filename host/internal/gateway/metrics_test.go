@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -101,6 +102,33 @@ func TestSeriesOfAClusterAreDroppedOnceNoRoutingNamesIt(t *testing.T) {
 	}
 	if m := scrape(t, h); strings.Contains(m, `"kube-a"`) || !strings.Contains(m, `upstream="kube-b"`) {
 		t.Errorf("series left for kube-a, or none for kube-b:\n%s", m)
+	}
+}
+
+func TestARefusedRoutingLeavesNoSeries(t *testing.T) {
+	withZ := append([]discoverytest.Server{{ID: "apiserver-000", Cluster: "kube-z", Version: "v1.36.3", Healthy: true,
+		Groups: map[string][]string{"/v1": {"pods"}}}}, discoverytest.SkewedControlPlane()...)
+	for _, tc := range []struct {
+		name      string
+		rt        func() Routing
+		configure func() error
+	}{
+		{"the plugin refuses its configuration", func() Routing { return routing(t, withZ) }, func() error { return errors.New("rejected") }},
+		{"a cluster has no address", func() Routing {
+			rt := routing(t, withZ)
+			delete(rt.Addresses, "kube-c")
+			return rt
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessConfig{plugin: routeTo("")})
+			if err := h.gw.Apply(tc.rt(), tc.configure); err == nil {
+				t.Fatal("the routing was applied")
+			}
+			if m := scrape(t, h); strings.Contains(m, "kube-z") || !strings.Contains(m, `upstream="kube-c"`) {
+				t.Errorf("series for kube-z, or none for kube-c:\n%s", m)
+			}
+		})
 	}
 }
 
