@@ -94,9 +94,9 @@ func benchIndex(tb testing.TB) *discovery.Index {
 
 func newBenchPluginHost(tb testing.TB, instances int) *Host {
 	tb.Helper()
-	wasm, err := builtPluginOnce()
+	wasm, err := builtPlugin()
 	if err != nil {
-		tb.Fatalf("the built plugin is missing (run `make build`): %v", err)
+		tb.Fatal(err)
 	}
 	config := benchPluginConfig(tb, 1)
 	return newHost(tb, wasm, Options{

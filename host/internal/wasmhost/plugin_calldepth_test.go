@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -59,17 +56,9 @@ func fixturePluginConfig(tb testing.TB, snapshot json.RawMessage, options map[st
 	return raw
 }
 
-// namedPlugin builds the plugin as make build does but keeps the module's name section, so that a depth test can
-// tell the plugin's own frames from the Go runtime's; the code is build/skewgate.wasm's. TestMain removes it.
-var namedPlugin = sync.OnceValues(func() ([]byte, error) {
-	path := filepath.Join(filepath.Dir(guestWasmPath), "skewgate-named.wasm")
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", path, "../../../plugin")
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("%v\n%s", err, out)
-	}
-	return os.ReadFile(path)
-})
+// namedPlugin is the plugin built as builtPlugin is but with the module's name section kept, so that a depth test
+// can tell the plugin's own frames from the Go runtime's.
+var namedPlugin = sync.OnceValues(func() ([]byte, error) { return plugintest.BuildModule(true) })
 
 // pluginDepth is how deep the plugin's own code (its packages and the SDK's) ran. Below and above it run the
 // Go runtime's allocator and collector, as deep as the heap they find makes them, and the standard library's

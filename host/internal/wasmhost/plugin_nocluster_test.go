@@ -26,9 +26,9 @@ func (routeMatchUpstreams) HTTPCall(context.Context, HTTPCall) (*HTTPCallRespons
 // discovery request goes to an API server, which answers it with its own
 // authorization, instead of failing with 503.
 func TestDiscoveryGoesToAServerWhenTheHostCannotCallIt(t *testing.T) {
-	wasm, err := builtPluginOnce()
+	wasm, err := builtPlugin()
 	if err != nil {
-		t.Fatalf("the built plugin is missing (run `make build`): %v", err)
+		t.Fatal(err)
 	}
 	servers := discoverytest.SkewedControlPlane()
 	h := newHost(t, wasm, Options{

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,16 +19,16 @@ import (
 	"github.com/skewgate/skewgate/plugin/plugintest"
 )
 
+// builtPlugin is the plugin module built from the tree as `make build` builds it, once per test binary and only
+// when a test asks for it.
+var builtPlugin = sync.OnceValues(func() ([]byte, error) { return plugintest.BuildModule(false) })
+
 // The plugin's behaviour suite, third run: the built module in this host, under
 // the WASI semantics of the Envoy release that first loads Go plugins.
-const builtPlugin = "../../../build/skewgate.wasm"
-
-var builtPluginOnce = sync.OnceValues(func() ([]byte, error) { return os.ReadFile(builtPlugin) })
-
 func TestPluginSuiteInEnvoyFaithfulHost(t *testing.T) {
-	wasm, err := builtPluginOnce()
+	wasm, err := builtPlugin()
 	if err != nil {
-		t.Fatalf("the built plugin is missing (run `make build`): %v", err)
+		t.Fatal(err)
 	}
 	plugintest.Run(t, pluginHarness{wasm: wasm})
 }
@@ -216,9 +215,9 @@ func (p *hostedPlugin) metric(name string) int64 {
 // fatal (poll_oneoff answers ENOSYS). The mix includes the merged discovery
 // answer, whose body copies keep the guest's garbage collector busy.
 func TestPluginSoakUnderEnvoy133WASI(t *testing.T) {
-	wasm, err := builtPluginOnce()
+	wasm, err := builtPlugin()
 	if err != nil {
-		t.Fatalf("the built plugin is missing (run `make build`): %v", err)
+		t.Fatal(err)
 	}
 	const total = 100_000
 	servers := discoverytest.SkewedControlPlane()
