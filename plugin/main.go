@@ -19,14 +19,15 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/plugin/config"
 )
 
 const (
-	headerPeerProxied   = "x-kubernetes-peer-proxied"
+	headerPeerProxied   = config.PeerProxiedHeader
 	headerRemoteUser    = "x-remote-user"
 	headerRemoteGroup   = "x-remote-group"
 	headerRemoteUID     = "x-remote-uid"
-	prefixRemoteHeaders = "x-remote-"
+	prefixRemoteHeaders = config.RemoteHeaderPrefix
 )
 
 // headerCredentialID carries the x509 authenticator's credential-id extra:
@@ -144,7 +145,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	}
 	h.headers, h.in = headers, h.scan(headers)
 	var id *certIdentity
-	if h.cfg.Identity == IdentityFrontProxy {
+	if h.cfg.IdentityMode == config.IdentityFrontProxy {
 		var ok bool
 		if id, ok = h.clientIdentity(); !ok {
 			return h.unauthorized()
@@ -369,7 +370,7 @@ func (h *httpContext) serviceUnavailable(status []byte) types.Action {
 
 func (h *httpContext) retryAfterSeconds() int {
 	if h.cfg == nil {
-		return defaultRetryAfterSeconds
+		return config.DefaultRetryAfterSeconds
 	}
 	return h.cfg.RetryAfterSeconds
 }
