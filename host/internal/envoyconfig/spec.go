@@ -15,11 +15,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/skewgate/skewgate/plugin/config"
 )
 
 // Names shared by every rendered document.
@@ -28,7 +29,7 @@ const (
 	// context, and the ECDS resource (which must equal the filter name).
 	FilterName = "skewgate"
 	// DefaultRoutingHeader is the plugin's default steering header.
-	DefaultRoutingHeader = "x-skewgate-upstream"
+	DefaultRoutingHeader = config.DefaultRoutingHeader
 	// DefaultAllServersCluster balances over every API server; requests the
 	// plugin does not steer go there.
 	DefaultAllServersCluster = "apiserver-all"
@@ -40,29 +41,19 @@ const (
 	defaultAdminPort  = 9901
 	defaultListenAddr = "0.0.0.0"
 	defaultListenPort = 6443
-
-	// Headers the plugin refuses as routing header because it strips or sets
-	// them for other reasons.
-	peerProxiedHeader   = "x-kubernetes-peer-proxied"
-	remoteHeadersPrefix = "x-remote-"
 )
 
 // IdentityMode says how client identity reaches the API servers; it must equal
-// the plugin configuration's identityMode.
-type IdentityMode string
+// the plugin configuration's identityMode. In front-proxy mode Envoy presents
+// the front-proxy client certificate on the "+front-proxy" clusters only, to
+// which the plugin steers exactly the requests whose identity it asserts:
+// every other request reaches the API servers with the client's own
+// credentials or none, never as the front proxy.
+type IdentityMode = config.IdentityMode
 
 const (
-	// IdentityPassthrough forwards client credentials (bearer tokens) untouched;
-	// Envoy presents no client certificate upstream.
-	IdentityPassthrough IdentityMode = "passthrough"
-	// IdentityFrontProxy has the plugin assert the identity of a client
-	// certificate Envoy verified, as X-Remote-* headers that the API servers
-	// trust because Envoy presents the front-proxy client certificate. The
-	// plugin steers each such request to the server's "+front-proxy" cluster
-	// (discovery.FrontProxyClusterSuffix), the only clusters that present the
-	// certificate: every other request reaches the API servers with the
-	// client's own credentials or none, never as the front proxy.
-	IdentityFrontProxy IdentityMode = "front-proxy"
+	IdentityPassthrough = config.IdentityPassthrough
+	IdentityFrontProxy  = config.IdentityFrontProxy
 )
 
 // Server is one kube-apiserver and the Envoy clusters that reach only it.
@@ -190,10 +181,10 @@ func (s *Spec) validate() error {
 			errs = append(errs, errors.New("passthrough identity mode must not present a front-proxy client certificate"))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("identity mode: must be %q or %q, got %q", IdentityPassthrough, IdentityFrontProxy, s.IdentityMode))
+		errs = append(errs, fmt.Errorf("identity mode %q: %w", s.IdentityMode, config.CheckIdentityMode(s.IdentityMode)))
 	}
-	if err := checkRoutingHeader(s.RoutingHeader); err != nil {
-		errs = append(errs, fmt.Errorf("routing header: %w", err))
+	if err := config.CheckRoutingHeader(s.RoutingHeader); err != nil {
+		errs = append(errs, fmt.Errorf("routing header %q: %w", s.RoutingHeader, err))
 	}
 	if err := checkClusterName(s.AllServersCluster); err != nil {
 		errs = append(errs, fmt.Errorf("all-servers cluster: %w", err))
@@ -223,7 +214,7 @@ func (s *Spec) validate() error {
 }
 
 // CheckPluginConfig reports whether a plugin configuration fits this Spec: a
-// JSON object with only the plugin's fields, the routing header the route
+// JSON object whose fields the plugin accepts, the routing header the route
 // matches, the same identity mode, and a snapshot whose clusters all exist.
 // Render calls it; a controller calls it before RenderECDSResource, because a
 // mismatch fails requests at runtime rather than at load time.
@@ -243,30 +234,16 @@ func (s *Spec) checkPluginConfig(raw []byte) error {
 	if top == nil {
 		return errors.New("envoyconfig: plugin configuration: must be a JSON object, got null")
 	}
-	for _, key := range slices.Sorted(maps.Keys(top)) {
-		switch key {
-		case "routingHeader", "retryAfterSeconds", "trustPeerProxiedHeader", "identityMode", "discoveryAuthorizationCacheSeconds", "snapshot":
-		default:
-			return fmt.Errorf("envoyconfig: plugin configuration: unknown field %q", key)
-		}
+	// The plugin's own rules, defaults included, judge every field.
+	opts, err := config.ParseOptions(raw)
+	if err != nil {
+		return fmt.Errorf("envoyconfig: plugin %w", err)
 	}
-	header := DefaultRoutingHeader
-	if v, ok := top["routingHeader"]; ok {
-		if err := json.Unmarshal(v, &header); err != nil {
-			return fmt.Errorf("envoyconfig: plugin configuration: routingHeader: %w", err)
-		}
+	if opts.RoutingHeader != s.RoutingHeader {
+		return fmt.Errorf("envoyconfig: plugin configuration: routingHeader %q differs from the routed header %q", opts.RoutingHeader, s.RoutingHeader)
 	}
-	if header != s.RoutingHeader {
-		return fmt.Errorf("envoyconfig: plugin configuration: routingHeader %q differs from the routed header %q", header, s.RoutingHeader)
-	}
-	mode := IdentityPassthrough // the plugin's default
-	if v, ok := top["identityMode"]; ok {
-		if err := json.Unmarshal(v, &mode); err != nil {
-			return fmt.Errorf("envoyconfig: plugin configuration: identityMode: %w", err)
-		}
-	}
-	if mode != s.IdentityMode {
-		return fmt.Errorf("envoyconfig: plugin configuration: identityMode %q differs from the spec's %q", mode, s.IdentityMode)
+	if opts.IdentityMode != s.IdentityMode {
+		return fmt.Errorf("envoyconfig: plugin configuration: identityMode %q differs from the spec's %q", opts.IdentityMode, s.IdentityMode)
 	}
 	var snapshot struct {
 		Servers []struct {
@@ -354,24 +331,6 @@ func checkClusterName(name string) error {
 		case (c == '-' || c == '.' || c == '_') && i > 0:
 		default:
 			return fmt.Errorf("%q: only lower-case letters, digits and inner '-', '.', '_' are allowed", name)
-		}
-	}
-	return nil
-}
-
-// checkRoutingHeader mirrors the plugin: a lower-case RFC 9110 token that the
-// plugin does not strip or set for another purpose.
-func checkRoutingHeader(name string) error {
-	if name == peerProxiedHeader || strings.HasPrefix(name, remoteHeadersPrefix) {
-		return fmt.Errorf("%q is reserved by the plugin", name)
-	}
-	if name == "" {
-		return errors.New("must not be empty")
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return fmt.Errorf("%q is not a lower-case HTTP header name", name)
 		}
 	}
 	return nil
