@@ -103,9 +103,9 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	static, local, err := parseStaticServers(o.StaticServers, o.LocalServer)
+	static, local, err := ParseServers(o.StaticServers, o.LocalServer)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("controller: %w", err)
 	}
 	c := &Controller{
 		opts:    o,
@@ -149,43 +149,6 @@ func (c *Controller) renewClient() {
 		return
 	}
 	c.fetcher.client.Swap(client).http.CloseIdleConnections()
-}
-
-// parseStaticServers canonicalises the static servers and the local one,
-// which comes first among them and may also be listed as static.
-func parseStaticServers(urls []string, localURL string) (addresses []string, local string, err error) {
-	if localURL != "" {
-		if local, err = parseStaticServer(localURL); err != nil {
-			return nil, "", fmt.Errorf("controller: local %w", err)
-		}
-		addresses = append(addresses, local)
-	}
-	byName := map[string]string{}
-	if local != "" {
-		byName[ClusterName(local)] = local
-	}
-	for _, u := range urls {
-		address, err := parseStaticServer(u)
-		if err != nil {
-			return nil, "", fmt.Errorf("controller: %w", err)
-		}
-		if address == local {
-			continue
-		}
-		if slices.Contains(addresses, address) {
-			return nil, "", fmt.Errorf("controller: API server %q is listed twice (as %s)", u, address)
-		}
-		name := ClusterName(address)
-		if other, dup := byName[name]; dup {
-			return nil, "", fmt.Errorf("controller: API servers %s and %s both get the cluster name %s", other, address, name)
-		}
-		byName[name] = address
-		addresses = append(addresses, address)
-	}
-	if len(addresses) > discovery.MaxServers {
-		return nil, "", fmt.Errorf("controller: %d static API servers, at most %d are supported", len(addresses), discovery.MaxServers)
-	}
-	return addresses, local, nil
 }
 
 // Run probes every server's /readyz each ReadinessInterval, refreshes

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -67,43 +66,6 @@ func ClusterName(address string) string {
 	b.WriteByte('-')
 	b.WriteString(port)
 	return b.String()
-}
-
-// parseStaticServer turns an --apiserver URL into the canonical host:port.
-func parseStaticServer(raw string) (string, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "", fmt.Errorf("API server %q: %w", raw, err)
-	}
-	if u.Scheme != "https" {
-		return "", fmt.Errorf("API server %q: must be an https:// URL", raw)
-	}
-	if u.Opaque != "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("API server %q: must be https://host:port with nothing after the port", raw)
-	}
-	host := u.Hostname()
-	if host == "" {
-		return "", fmt.Errorf("API server %q: no host", raw)
-	}
-	port := 443
-	if p := u.Port(); p != "" {
-		port, err = strconv.Atoi(p)
-		if err != nil || port < 1 || port > 65535 {
-			return "", fmt.Errorf("API server %q: port must be 1 to 65535", raw)
-		}
-	}
-	if ip, err := netip.ParseAddr(host); err == nil {
-		address, err := canonicalAddress(ip, uint16(port))
-		if err != nil {
-			return "", fmt.Errorf("API server %q: %w", raw, err)
-		}
-		return address, nil
-	}
-	address := net.JoinHostPort(strings.ToLower(host), strconv.Itoa(port))
-	if len(ClusterName(address)) > maxNameLength {
-		return "", fmt.Errorf("API server %q: host name too long", raw)
-	}
-	return address, nil
 }
 
 // parsePeerAddress validates an announced ip:port: an IP literal (never a

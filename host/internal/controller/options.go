@@ -8,11 +8,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 
+	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/host/internal/certfile"
 )
 
@@ -234,4 +240,103 @@ func restTransport(o Options, caPEM []byte) (http.RoundTripper, error) {
 		return nil, fmt.Errorf("controller: RESTConfig credentials: %w", err)
 	}
 	return rt, nil
+}
+
+// A ServerURLError is an API server URL the controller cannot use, on its own
+// or beside the others; Local tells that it was LocalServer (the
+// --local-apiserver flag) rather than one of StaticServers (--apiserver).
+type ServerURLError struct {
+	URL   string
+	Local bool
+	Err   error
+}
+
+func (e *ServerURLError) Error() string {
+	kind := "API server "
+	if e.Local {
+		kind = "local API server "
+	}
+	return kind + strconv.Quote(e.URL) + ": " + e.Err.Error()
+}
+
+func (e *ServerURLError) Unwrap() error { return e.Err }
+
+// ParseServers canonicalises API server URLs (StaticServers and LocalServer,
+// the --apiserver and --local-apiserver flags) to the host:port addresses
+// whose ClusterName names their upstream. The local server, when given, comes
+// first and may also be listed as static; any other server listed twice, or
+// two servers whose cluster names clash, are refused. Every command that
+// takes --apiserver parses it here.
+func ParseServers(static []string, local string) (addresses []string, localAddress string, err error) {
+	if local != "" {
+		if localAddress, err = parseStaticServer(local); err != nil {
+			return nil, "", &ServerURLError{URL: local, Local: true, Err: err}
+		}
+		addresses = append(addresses, localAddress)
+	}
+	byName := map[string]string{}
+	if localAddress != "" {
+		byName[ClusterName(localAddress)] = localAddress
+	}
+	for _, u := range static {
+		address, err := parseStaticServer(u)
+		if err != nil {
+			return nil, "", &ServerURLError{URL: u, Err: err}
+		}
+		if address == localAddress {
+			continue
+		}
+		if slices.Contains(addresses, address) {
+			return nil, "", &ServerURLError{URL: u, Err: fmt.Errorf("listed twice (as %s)", address)}
+		}
+		name := ClusterName(address)
+		if other, dup := byName[name]; dup {
+			return nil, "", &ServerURLError{URL: u, Err: fmt.Errorf("it and %s both get the cluster name %s", other, name)}
+		}
+		byName[name] = address
+		addresses = append(addresses, address)
+	}
+	if len(addresses) > discovery.MaxServers {
+		return nil, "", fmt.Errorf("%d API servers, at most %d are supported", len(addresses), discovery.MaxServers)
+	}
+	return addresses, localAddress, nil
+}
+
+// parseStaticServer turns an API server URL into the canonical host:port: an
+// https URL naming an IP address or a DNS name and at most a port, nothing
+// else.
+func parseStaticServer(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", err
+	}
+	if u.Scheme != "https" {
+		return "", errors.New("must be an https:// URL")
+	}
+	if u.Opaque != "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return "", errors.New("must be https://host:port with nothing after the port")
+	}
+	host := u.Hostname()
+	if host == "" {
+		return "", errors.New("no host")
+	}
+	port := 443
+	if p := u.Port(); p != "" {
+		port, err = strconv.Atoi(p)
+		if err != nil || port < 1 || port > 65535 {
+			return "", errors.New("port must be 1 to 65535")
+		}
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return canonicalAddress(ip, uint16(port))
+	}
+	host = strings.ToLower(host)
+	if len(validation.IsDNS1123Subdomain(host)) > 0 {
+		return "", fmt.Errorf("host %q is neither an IP address nor a DNS name", host)
+	}
+	address := net.JoinHostPort(host, strconv.Itoa(port))
+	if len(ClusterName(address)) > maxNameLength {
+		return "", errors.New("host name too long")
+	}
+	return address, nil
 }
