@@ -6,17 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
-	"net/url"
 	"os"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/host/internal/controller"
 	"github.com/skewgate/skewgate/host/internal/envoyconfig"
 	"github.com/skewgate/skewgate/host/internal/serve"
+	"github.com/skewgate/skewgate/plugin/config"
 )
 
 // runEnvoyConfig renders an Envoy bootstrap (or ECDS resource) running the
@@ -51,7 +48,7 @@ func runEnvoyConfig(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&spec.ClusterCAPath, "peer-ca-file", "", "CA certificates that sign the API servers' serving certificates")
 	fs.StringVar(&spec.FrontProxyCertPath, "proxy-client-cert-file", "", "front-proxy client certificate Envoy presents (front-proxy mode)")
 	fs.StringVar(&spec.FrontProxyKeyPath, "proxy-client-key-file", "", "the front-proxy client certificate's private key")
-	fs.StringVar(&identityMode, "identity-mode", serve.IdentityPassthrough, "passthrough or front-proxy")
+	fs.StringVar(&identityMode, "identity-mode", string(config.DefaultIdentityMode), "passthrough or front-proxy")
 	fs.StringVar(&spec.WasmPath, "wasm", "", "plugin module path Envoy loads")
 	fs.StringVar(&ecdsFile, "envoy-ecds-file", "", "deliver the plugin through this file-based ECDS resource")
 	fs.StringVar(&snapshotFile, "snapshot", "", "snapshot JSON (skewgate's /debug/snapshot) to configure the plugin inline")
@@ -83,13 +80,16 @@ func runEnvoyConfig(args []string, stdout, stderr io.Writer) error {
 		return errors.New("--secure-port and --admin-port must be at most 65535")
 	}
 	spec.ListenPort, spec.AdminPort = uint32(port), uint32(adminPort)
-	spec.IdentityMode = envoyconfig.IdentityMode(identityMode)
-	for _, raw := range apiServers {
-		srv, err := envoyServer(raw)
-		if err != nil {
-			return err
-		}
-		spec.Servers = append(spec.Servers, srv)
+	spec.IdentityMode = config.IdentityMode(identityMode)
+	if err := config.CheckIdentityMode(spec.IdentityMode); err != nil {
+		return fmt.Errorf("--identity-mode %q: %w", identityMode, err)
+	}
+	addresses, _, err := controller.ParseServers(apiServers, "")
+	if err != nil {
+		return serve.APIServerFlagError(err)
+	}
+	for _, address := range addresses {
+		spec.Servers = append(spec.Servers, envoyServer(address))
 	}
 
 	var pluginConfig []byte
@@ -104,12 +104,13 @@ func runEnvoyConfig(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%s: %w", snapshotFile, err)
 		}
 		generation = snap.Generation
-		if pluginConfig, err = serve.PluginConfig(identityMode, envoyconfig.DefaultRoutingHeader, 5, int(serve.DefaultDiscoveryAuthorizationCache/time.Second), raw); err != nil {
+		opts := config.Defaults()
+		opts.IdentityMode = spec.IdentityMode
+		if pluginConfig, err = opts.Marshal(raw); err != nil {
 			return err
 		}
 	}
 	var out []byte
-	var err error
 	switch {
 	case ecdsResource:
 		if err := spec.CheckPluginConfig(pluginConfig); err != nil {
@@ -141,23 +142,10 @@ func countSet(values ...string) int {
 	return n
 }
 
-// envoyServer turns an --apiserver URL into an Envoy cluster named as the
-// controller names that server.
-func envoyServer(raw string) (envoyconfig.Server, error) {
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme != "https" || u.Hostname() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-		return envoyconfig.Server{}, fmt.Errorf("--apiserver %q: must be https://host:port", raw)
-	}
-	host := strings.ToLower(u.Hostname())
-	if ip, err := netip.ParseAddr(host); err == nil {
-		host = ip.Unmap().String()
-	}
-	port := uint64(443)
-	if p := u.Port(); p != "" {
-		if port, err = strconv.ParseUint(p, 10, 16); err != nil || port == 0 {
-			return envoyconfig.Server{}, fmt.Errorf("--apiserver %q: port must be 1 to 65535", raw)
-		}
-	}
-	address := net.JoinHostPort(host, strconv.FormatUint(port, 10))
-	return envoyconfig.Server{Cluster: controller.ClusterName(address), Address: host, Port: uint32(port)}, nil
+// envoyServer is the Envoy cluster of an API server at a canonical address,
+// named as the controller names that server.
+func envoyServer(address string) envoyconfig.Server {
+	host, port, _ := net.SplitHostPort(address)
+	p, _ := strconv.ParseUint(port, 10, 16)
+	return envoyconfig.Server{Cluster: controller.ClusterName(address), Address: host, Port: uint32(p)}
 }

@@ -34,12 +34,13 @@ import (
 	"github.com/skewgate/skewgate/host/internal/gateway"
 	"github.com/skewgate/skewgate/host/internal/wasmhost"
 	"github.com/skewgate/skewgate/host/internal/xds"
+	pluginconfig "github.com/skewgate/skewgate/plugin/config"
 )
 
-// Identity modes, as the plugin configuration spells them.
+// Identity modes (--identity-mode), as the plugin configuration defines them.
 const (
-	IdentityPassthrough = "passthrough"
-	IdentityFrontProxy  = "front-proxy"
+	IdentityPassthrough = string(pluginconfig.IdentityPassthrough)
+	IdentityFrontProxy  = string(pluginconfig.IdentityFrontProxy)
 )
 
 // Defaults for Config fields left zero.
@@ -58,9 +59,9 @@ const (
 	// DefaultDiscoveryAuthorizationCache is how long an API server's answer
 	// to whether a credential may read discovery is reused: as long as
 	// kube-apiserver caches a token's successful authentication.
-	DefaultDiscoveryAuthorizationCache = 10 * time.Second
+	DefaultDiscoveryAuthorizationCache = pluginconfig.DefaultDiscoveryAuthorizationCacheSeconds * time.Second
 	// MaxDiscoveryAuthorizationCache is the longest the plugin accepts.
-	MaxDiscoveryAuthorizationCache = 5 * time.Minute
+	MaxDiscoveryAuthorizationCache = pluginconfig.MaxDiscoveryAuthorizationCacheSeconds * time.Second
 )
 
 // maxHeaderBytes bounds a request's header block, Envoy's default
@@ -362,16 +363,22 @@ func (c Config) complete() (Config, error) {
 		c.PeerServerName = gateway.DefaultPeerServerName
 	}
 	if c.RoutingHeader == "" {
-		c.RoutingHeader = gateway.DefaultRoutingHeader
+		c.RoutingHeader = pluginconfig.DefaultRoutingHeader
+	}
+	if err := pluginconfig.CheckRoutingHeader(c.RoutingHeader); err != nil {
+		errs = append(errs, fmt.Errorf("--routing-header %q: %w", c.RoutingHeader, err))
 	}
 	if c.RetryAfterSeconds == 0 {
-		c.RetryAfterSeconds = gateway.DefaultRetryAfterSeconds
+		c.RetryAfterSeconds = pluginconfig.DefaultRetryAfterSeconds
+	}
+	if err := pluginconfig.CheckRetryAfterSeconds(int64(c.RetryAfterSeconds)); err != nil {
+		errs = append(errs, fmt.Errorf("--retry-after-seconds %d: %w", c.RetryAfterSeconds, err))
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.IdentityMode == "" {
-		c.IdentityMode = IdentityPassthrough
+		c.IdentityMode = string(pluginconfig.DefaultIdentityMode)
 	}
 	if c.TLSCertFile == "" || c.TLSPrivateKeyFile == "" {
 		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file are required"))
@@ -381,6 +388,9 @@ func (c Config) complete() (Config, error) {
 	}
 	if len(c.APIServers) == 0 && c.LocalAPIServer == "" && c.Kubeconfig == "" {
 		errs = append(errs, errors.New("no API servers: give --apiserver (repeatable), --local-apiserver or --kubeconfig"))
+	}
+	if _, _, err := controller.ParseServers(c.APIServers, c.LocalAPIServer); err != nil {
+		errs = append(errs, APIServerFlagError(err))
 	}
 	if (c.ProxyClientCertFile == "") != (c.ProxyClientKeyFile == "") {
 		errs = append(errs, errors.New("--proxy-client-cert-file and --proxy-client-key-file go together"))
@@ -395,7 +405,11 @@ func (c Config) complete() (Config, error) {
 			errs = append(errs, errors.New("--identity-mode=front-proxy needs --client-ca-file: asserted identities come from verified client certificates"))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("--identity-mode %q: must be %s or %s", c.IdentityMode, IdentityPassthrough, IdentityFrontProxy))
+		errs = append(errs, fmt.Errorf("--identity-mode %q: %w", c.IdentityMode, pluginconfig.CheckIdentityMode(pluginconfig.IdentityMode(c.IdentityMode))))
+	}
+	// Front-proxy mode has asked for the certificate already.
+	if c.ProxyClientCertFile == "" && c.Kubeconfig == "" && c.IdentityMode != IdentityFrontProxy {
+		errs = append(errs, errors.New("no credentials for the API servers: give --proxy-client-cert-file and --proxy-client-key-file, or --kubeconfig"))
 	}
 	if c.WasmPath == "" {
 		path, err := DefaultWasmPath()
@@ -693,24 +707,29 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 	return nil
 }
 
-// pluginConfig is the plugin configuration for a snapshot.
+// pluginConfig is the plugin configuration for a snapshot. A client's
+// x-kubernetes-peer-proxied header is never trusted: the gateway faces
+// clients directly.
 func (s *Server) pluginConfig(rawSnapshot []byte) ([]byte, error) {
-	return PluginConfig(s.cfg.IdentityMode, s.cfg.RoutingHeader, s.cfg.RetryAfterSeconds, int(s.cfg.DiscoveryAuthorizationCache/time.Second), rawSnapshot)
+	return pluginconfig.Options{
+		RoutingHeader:                      s.cfg.RoutingHeader,
+		RetryAfterSeconds:                  s.cfg.RetryAfterSeconds,
+		IdentityMode:                       pluginconfig.IdentityMode(s.cfg.IdentityMode),
+		DiscoveryAuthorizationCacheSeconds: int(s.cfg.DiscoveryAuthorizationCache / time.Second),
+	}.Marshal(rawSnapshot)
 }
 
-// PluginConfig is the plugin's JSON configuration (plugin/config.go) with the
-// snapshot embedded byte for byte; an authorizationCacheSeconds of 0 asks
-// the API servers on every merged discovery request. A client's x-kubernetes-peer-proxied header is never
-// trusted: the gateway faces clients directly.
-func PluginConfig(identityMode, routingHeader string, retryAfterSeconds, authorizationCacheSeconds int, rawSnapshot []byte) ([]byte, error) {
-	return json.Marshal(struct {
-		RoutingHeader                      string          `json:"routingHeader"`
-		RetryAfterSeconds                  int             `json:"retryAfterSeconds"`
-		TrustPeerProxiedHeader             bool            `json:"trustPeerProxiedHeader"`
-		IdentityMode                       string          `json:"identityMode"`
-		DiscoveryAuthorizationCacheSeconds int             `json:"discoveryAuthorizationCacheSeconds"`
-		Snapshot                           json.RawMessage `json:"snapshot"`
-	}{routingHeader, retryAfterSeconds, false, identityMode, authorizationCacheSeconds, rawSnapshot})
+// APIServerFlagError names the flag, --apiserver or --local-apiserver, of an
+// error controller.ParseServers returned.
+func APIServerFlagError(err error) error {
+	var bad *controller.ServerURLError
+	switch {
+	case errors.As(err, &bad) && bad.Local:
+		return fmt.Errorf("--local-apiserver %q: %w", bad.URL, bad.Err)
+	case bad != nil:
+		return fmt.Errorf("--apiserver %q: %w", bad.URL, bad.Err)
+	}
+	return fmt.Errorf("--apiserver: %w", err)
 }
 
 func (s *Server) writeECDS(config []byte, generation uint64) {

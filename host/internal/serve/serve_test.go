@@ -405,7 +405,7 @@ func TestServeFollowsSnapshotsAndDrainsOnShutdown(t *testing.T) {
 }
 
 func TestConfigMistakesNameTheFlag(t *testing.T) {
-	base := Config{TLSCertFile: "c", TLSPrivateKeyFile: "k", PeerCAFile: "ca", APIServers: []string{"https://10.0.0.1:6443"}, WasmPath: "x.wasm"}
+	base := Config{TLSCertFile: "c", TLSPrivateKeyFile: "k", PeerCAFile: "ca", APIServers: []string{"https://10.0.0.1:6443"}, Kubeconfig: "kubeconfig", WasmPath: "x.wasm"}
 	for _, tc := range []struct {
 		name   string
 		modify func(*Config)
@@ -413,7 +413,18 @@ func TestConfigMistakesNameTheFlag(t *testing.T) {
 	}{
 		{"no serving certificate", func(c *Config) { c.TLSCertFile = "" }, "--tls-cert-file"},
 		{"no peer CA", func(c *Config) { c.PeerCAFile = "" }, "--peer-ca-file"},
-		{"no API servers", func(c *Config) { c.APIServers = nil }, "--apiserver"},
+		{"no API servers", func(c *Config) { c.APIServers, c.Kubeconfig = nil, "" }, "--apiserver"},
+		{"no credentials", func(c *Config) { c.Kubeconfig = "" }, "no credentials for the API servers: give --proxy-client-cert-file and --proxy-client-key-file, or --kubeconfig"},
+		{"plain-http API server", func(c *Config) { c.APIServers = []string{"http://10.0.0.1:6443"} }, `--apiserver "http://10.0.0.1:6443": must be an https:// URL`},
+		{"API server host that is no DNS name", func(c *Config) { c.APIServers = []string{"https://kube_a:6443"} }, `--apiserver "https://kube_a:6443": host "kube_a" is neither an IP address nor a DNS name`},
+		{"API server listed twice", func(c *Config) { c.APIServers = append(c.APIServers, "https://10.0.0.1:6443/") }, `--apiserver "https://10.0.0.1:6443/": listed twice`},
+		{"local API server with a path", func(c *Config) { c.LocalAPIServer, c.BindAddress = "https://10.0.0.2:6443/api", "127.0.0.1" },
+			`--local-apiserver "https://10.0.0.2:6443/api": must be https://host:port with nothing after the port`},
+		{"negative retry after", func(c *Config) { c.RetryAfterSeconds = -1 }, "--retry-after-seconds -1: must be an integer from 1 to 3600"},
+		{"retry after over an hour", func(c *Config) { c.RetryAfterSeconds = 3601 }, "--retry-after-seconds 3601: must be an integer from 1 to 3600"},
+		{"upper-case routing header", func(c *Config) { c.RoutingHeader = "X-Upper" }, `--routing-header "X-Upper": not a lower-case HTTP header name`},
+		{"identity header as routing header", func(c *Config) { c.RoutingHeader = "x-remote-user" }, `--routing-header "x-remote-user": reserved by the plugin`},
+		{"misspelt identity mode", func(c *Config) { c.IdentityMode = "frontproxy" }, `--identity-mode "frontproxy": must be "passthrough" or "front-proxy"`},
 		{"front-proxy without proxy certificate", func(c *Config) { c.IdentityMode = IdentityFrontProxy; c.ClientCAFile = "x" }, "--proxy-client-cert-file"},
 		{"front-proxy without client CA", func(c *Config) {
 			c.IdentityMode = IdentityFrontProxy
