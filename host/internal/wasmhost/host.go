@@ -1,7 +1,8 @@
-// Package wasmhost runs a proxy-wasm HTTP filter plugin the way Envoy's Wasm host (proxy-wasm-cpp-host) does, on
-// wazero: it links exactly the host functions the selected Envoy release provides to the module's ABI, emulates
-// cpp-host's WASI return codes and restricted start-up phases, and follows Envoy's callback order, so that a
-// plugin behaves in skewgate's gateway as it does in Envoy.
+// Package wasmhost runs skewgate's proxy-wasm HTTP filter plugin the way Envoy's Wasm host (proxy-wasm-cpp-host)
+// does, on wazero: it accepts a module only if the selected Envoy release would link it, implements the host
+// functions the plugin imports with Envoy's semantics (ABI 0.2.x, headers-only: no ticks, shared data, queues or
+// body buffers), emulates cpp-host's WASI return codes and restricted start-up phases, and follows Envoy's callback
+// order, so that the plugin behaves in skewgate's gateway as it does in Envoy.
 //
 // A Host compiles the module once and keeps a pool of VM instances (Envoy: one per worker). A request takes an
 // instance, runs a whole stream (create, request headers, log, done, delete) and returns it; a stream that pauses
@@ -50,8 +51,6 @@ type Host struct {
 	startVMRestriction *restriction
 	mallocRestriction  *restriction
 
-	shared  *SharedData
-	queues  *sharedQueues
 	metrics *metricRegistry
 
 	counters           hostCounters
@@ -69,7 +68,6 @@ type Host struct {
 	closed     atomic.Bool
 	wg         sync.WaitGroup
 	done       chan struct{}
-	wake       chan struct{}
 	// ctx is cancelled by Close; HTTP calls no request waits for run under it.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -111,12 +109,9 @@ func New(ctx context.Context, wasm []byte, opts Options) (*Host, error) {
 		opts:          opts,
 		logger:        opts.Logger,
 		epoch:         time.Now(),
-		shared:        opts.SharedData,
-		queues:        newSharedQueues(),
 		metrics:       newMetricRegistry(opts.Instances),
 		configuration: opts.PluginConfiguration,
 		done:          make(chan struct{}),
-		wake:          make(chan struct{}, 1),
 		moduleConfig:  wazero.NewModuleConfig().WithName("").WithStartFunctions(),
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
@@ -158,7 +153,6 @@ func New(ctx context.Context, wasm []byte, opts Options) (*Host, error) {
 	for _, s := range h.slots {
 		h.goBackground(func() { h.runWorker(s) })
 	}
-	h.goBackground(h.runScheduler)
 	if opts.CallTimeout > 0 {
 		h.goBackground(h.runWatchdog)
 	}
@@ -182,6 +176,9 @@ func (h *Host) load(ctx context.Context, wasm []byte) error {
 	if h.abi, ok = envoyabi.DeclaredABI(exported); !ok {
 		return envoyabi.ErrUnknownABI
 	}
+	if h.abi == envoyabi.ABI010 {
+		return errors.New("proxy-wasm ABI 0.1.0 modules are not supported: this host runs ABI 0.2.x modules")
+	}
 	if _, ok := compiled.ExportedMemories()[memoryExport]; !ok {
 		return errors.New("Wasm module does not export its memory")
 	}
@@ -191,10 +188,12 @@ func (h *Host) load(ctx context.Context, wasm []byte) error {
 	if err := envoyabi.CheckImports(h.opts.Envoy, h.abi, compiled.ImportedFunctions()); err != nil {
 		return err
 	}
-	if h.exports, err = resolveExports(h.abi, exported); err != nil {
+	if h.exports, err = resolveExports(exported); err != nil {
 		return err
 	}
-	h.imports = envoyabi.ProvidedBy(h.opts.Envoy, h.abi)
+	if h.imports, err = h.moduleImports(compiled); err != nil {
+		return err
+	}
 	return h.link(ctx)
 }
 
@@ -527,69 +526,6 @@ func (h *Host) recreate(failed *instance) {
 		}
 		return
 	}
-}
-
-// idleSchedulerWait is how long the scheduler sleeps when no tick is due; set_tick_period wakes it earlier.
-const idleSchedulerWait = time.Minute
-
-// runScheduler drives proxy_on_tick for every live root context with a tick period.
-func (h *Host) runScheduler() {
-	timer := time.NewTimer(idleSchedulerWait)
-	defer timer.Stop()
-	for {
-		timer.Reset(h.runDueTicks(time.Now()))
-		select {
-		case <-h.done:
-			return
-		case <-h.wake:
-		case <-timer.C:
-		}
-	}
-}
-
-// runDueTicks ticks every root whose period elapsed and returns the time until the next tick is due.
-func (h *Host) runDueTicks(now time.Time) time.Duration {
-	wait := idleSchedulerWait
-	for _, s := range h.slots {
-		s.mu.Lock()
-		inst := s.inst
-		for _, root := range append([]*rootContext(nil), inst.roots...) {
-			if inst.failed != nil || root.staged || root.tickPeriod <= 0 {
-				continue
-			}
-			if !now.Before(root.nextTick) {
-				root.nextTick = now.Add(root.tickPeriod)
-				inst.tick(root)
-			}
-			if root.tickPeriod > 0 {
-				wait = min(wait, root.nextTick.Sub(now))
-			}
-		}
-		s.mu.Unlock()
-	}
-	return max(wait, time.Millisecond)
-}
-
-// wakeScheduler makes the scheduler recompute its next deadline.
-func (h *Host) wakeScheduler() {
-	select {
-	case h.wake <- struct{}{}:
-	default:
-	}
-}
-
-// deliverQueueReady runs proxy_on_queue_ready on the queue's owner, on a background goroutine as cpp-host posts
-// it to the owner's thread.
-func (h *Host) deliverQueueReady(owner *instance, rootID, token uint32) {
-	h.goBackground(func() {
-		s := owner.slot
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		h.queues.delivered(token)
-		if s.inst == owner && owner.failed == nil {
-			owner.queueReady(rootID, token)
-		}
-	})
 }
 
 // runWatchdog closes instances whose current callback exceeds Options.CallTimeout; the interrupted call then

@@ -5,9 +5,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"time"
-
-	"github.com/skewgate/skewgate/host/envoyabi"
 )
 
 // Host functions of the env namespace. Every guest pointer and length is validated: an out-of-range access
@@ -34,51 +31,11 @@ func proxyLog(inst *instance, stack []uint64) {
 	stack[0] = uint64(statusOK)
 }
 
-// proxy_get_log_level(return_level): the lowest level the host logger records.
-func proxyGetLogLevel(inst *instance, stack []uint64) {
-	level := uint32(logLevelCritical)
-	for l, sl := range slogLevels {
-		if inst.host.logger.Enabled(inst.callCtx, sl) {
-			level = uint32(l)
-			break
-		}
-	}
-	stack[0] = uint64(statusFor(inst.writeU32(u32(stack[0]), level)))
-}
-
 func statusFor(ok bool) status {
 	if ok {
 		return statusOK
 	}
 	return statusInvalidMemoryAccess
-}
-
-// proxy_get_current_time_nanoseconds(return_time)
-func proxyGetCurrentTimeNanoseconds(inst *instance, stack []uint64) {
-	stack[0] = uint64(statusFor(inst.writeU64(u32(stack[0]), uint64(time.Now().UnixNano()))))
-}
-
-// proxy_set_tick_period_milliseconds(period): per root context, 0 disables.
-func proxySetTickPeriodMilliseconds(inst *instance, stack []uint64) {
-	root := inst.effective.root
-	if root == nil {
-		stack[0] = uint64(statusBadArgument)
-		return
-	}
-	root.tickPeriod = time.Duration(u32(stack[0])) * time.Millisecond
-	root.nextTick = time.Now().Add(root.tickPeriod)
-	inst.host.wakeScheduler()
-	stack[0] = uint64(statusOK)
-}
-
-// proxy_get_configuration(return_data, return_size), ABI 0.1.0: the plugin configuration during
-// proxy_on_configure, empty otherwise (Envoy).
-func proxyGetConfiguration(inst *instance, stack []uint64) {
-	var data []byte
-	if inst.configuring != nil {
-		data = inst.configuring.configuration
-	}
-	stack[0] = uint64(inst.returnBytes(data, u32(stack[0]), u32(stack[1])))
 }
 
 // buffer returns the buffer of type t. VM configuration is always readable; the plugin configuration only while
@@ -124,31 +81,6 @@ func proxyGetBufferBytes(inst *instance, stack []uint64) {
 	}
 	end := min(start+length, uint64(len(buf)))
 	stack[0] = uint64(inst.returnBytes(buf[start:end], u32(stack[3]), u32(stack[4])))
-}
-
-// proxy_get_buffer_status(type, return_length, return_flags)
-func proxyGetBufferStatus(inst *instance, stack []uint64) {
-	buf, ok := inst.buffer(u32(stack[0]))
-	if !ok {
-		stack[0] = uint64(statusNotFound)
-		return
-	}
-	ok = inst.writeU32(u32(stack[1]), uint32(len(buf))) && inst.writeU32(u32(stack[2]), 0)
-	stack[0] = uint64(statusFor(ok))
-}
-
-// proxy_set_buffer_bytes(type, start, length, data, size): the buffers this host has (configuration, an HTTP call
-// response body) are read-only.
-func proxySetBufferBytes(inst *instance, stack []uint64) {
-	if _, ok := inst.read(u32(stack[3]), u32(stack[4])); !ok {
-		stack[0] = uint64(statusInvalidMemoryAccess)
-		return
-	}
-	if _, ok := inst.buffer(u32(stack[0])); !ok {
-		stack[0] = uint64(statusNotFound)
-		return
-	}
-	stack[0] = uint64(statusBadArgument)
 }
 
 // headerMap returns the header map of mapType the effective context may access, and the stream when that map is
@@ -209,42 +141,9 @@ func (inst *instance) readKeyValue(stack []uint64) (key, value []byte, ok bool) 
 	return key, value, okKey && okValue
 }
 
-// proxy_get_header_map_value(type, key_data, key_size, return_value_data, return_value_size): the first value.
-func proxyGetHeaderMapValue(inst *instance, stack []uint64) {
-	key, ok := inst.read(u32(stack[1]), u32(stack[2]))
-	if !ok {
-		stack[0] = uint64(statusInvalidMemoryAccess)
-		return
-	}
-	hm, _, st := inst.headerMap(u32(stack[0]), false)
-	if st != statusOK {
-		stack[0] = uint64(st)
-		return
-	}
-	for _, h := range *hm {
-		if equalLower(h[0], key) {
-			stack[0] = uint64(inst.returnString(h[1], u32(stack[3]), u32(stack[4])))
-			return
-		}
-	}
-	if inst.host.abi == envoyabi.ABI010 {
-		stack[0] = uint64(inst.returnString("", u32(stack[3]), u32(stack[4])))
-		return
-	}
-	stack[0] = uint64(statusNotFound)
-}
-
-// proxy_add_header_map_value(type, key_data, key_size, value_data, value_size): appends a value, as a field of
-// its own (Envoy addCopy).
-func proxyAddHeaderMapValue(inst *instance, stack []uint64) { writeHeaderMapValue(inst, stack, false) }
-
 // proxy_replace_header_map_value(type, key_data, key_size, value_data, value_size): removes every value of the
 // key and appends the new one (Envoy setCopy with http_set_copy_replace_all_headers, the default).
 func proxyReplaceHeaderMapValue(inst *instance, stack []uint64) {
-	writeHeaderMapValue(inst, stack, true)
-}
-
-func writeHeaderMapValue(inst *instance, stack []uint64, replace bool) {
 	key, value, ok := inst.readKeyValue(stack)
 	if !ok {
 		stack[0] = uint64(statusInvalidMemoryAccess)
@@ -255,10 +154,7 @@ func writeHeaderMapValue(inst *instance, stack []uint64, replace bool) {
 		st = statusBadArgument
 	}
 	if st == statusOK {
-		if replace {
-			*hm = removeHeader(*hm, key)
-		}
-		*hm = append(*hm, [2]string{lowerString(key), string(value)})
+		*hm = append(removeHeader(*hm, key), [2]string{lowerString(key), string(value)})
 		s.mutated()
 	}
 	stack[0] = uint64(st)
@@ -275,21 +171,6 @@ func (s *stream) mutated() {
 	if s != nil {
 		s.routeCacheCleared = true
 	}
-}
-
-// proxy_remove_header_map_value(type, key_data, key_size): removing an absent key succeeds.
-func proxyRemoveHeaderMapValue(inst *instance, stack []uint64) {
-	key, ok := inst.read(u32(stack[1]), u32(stack[2]))
-	if !ok {
-		stack[0] = uint64(statusInvalidMemoryAccess)
-		return
-	}
-	hm, s, st := inst.headerMap(u32(stack[0]), true)
-	if st == statusOK {
-		*hm = removeHeader(*hm, key)
-		s.mutated()
-	}
-	stack[0] = uint64(st)
 }
 
 // proxy_get_header_map_pairs(type, return_data, return_size)
@@ -341,20 +222,6 @@ func (inst *instance) decodeGuestPairs(data []byte, call string) [][2]string {
 	return pairs
 }
 
-// proxy_get_header_map_size(type, return_size): the map's byte size (keys and values), as Envoy's byteSize.
-func proxyGetHeaderMapSize(inst *instance, stack []uint64) {
-	hm, _, st := inst.headerMap(u32(stack[0]), false)
-	if st != statusOK {
-		stack[0] = uint64(st)
-		return
-	}
-	size := 0
-	for _, h := range *hm {
-		size += len(h[0]) + len(h[1])
-	}
-	stack[0] = uint64(statusFor(inst.writeU32(u32(stack[1]), uint32(size))))
-}
-
 // proxy_get_property(path_data, path_size, return_value_data, return_value_size)
 func proxyGetProperty(inst *instance, stack []uint64) {
 	path, ok := inst.read(u32(stack[0]), u32(stack[1]))
@@ -365,25 +232,9 @@ func proxyGetProperty(inst *instance, stack []uint64) {
 	stack[0] = uint64(inst.getProperty(path, u32(stack[2]), u32(stack[3])))
 }
 
-// getProperty resolves a NUL-separated attribute path. Values set with proxy_set_property come first, then the
-// caller's extra properties, then the built-in attributes.
+// getProperty resolves a NUL-separated attribute path to the attributes Envoy provides.
 func (inst *instance) getProperty(path []byte, ptrPtr, sizePtr uint32) status {
-	gctx := inst.effective
-	s := gctx.stream
-	var overlays [3][]Property
-	if s != nil {
-		overlays[0], overlays[2] = s.properties, s.props.Extra
-	}
-	if gctx.root != nil {
-		overlays[1] = gctx.root.properties
-	}
-	for _, props := range overlays {
-		for _, p := range props {
-			if matchPath(path, p.Path) {
-				return inst.returnBytes(p.Value, ptrPtr, sizePtr)
-			}
-		}
-	}
+	s := inst.effective.stream
 	opts := &inst.host.opts
 	switch string(path) {
 	case "plugin_name":
@@ -466,35 +317,6 @@ func (inst *instance) getProperty(path []byte, ptrPtr, sizePtr uint32) status {
 	return statusNotFound
 }
 
-// proxy_set_property(path_data, path_size, value_data, value_size): stored on the effective context (Envoy keeps
-// it in the stream's filter state) and readable back with proxy_get_property.
-func proxySetProperty(inst *instance, stack []uint64) {
-	path, okPath := inst.read(u32(stack[0]), u32(stack[1]))
-	value, okValue := inst.read(u32(stack[2]), u32(stack[3]))
-	if !okPath || !okValue {
-		stack[0] = uint64(statusInvalidMemoryAccess)
-		return
-	}
-	if len(path) == 0 {
-		stack[0] = uint64(statusBadArgument)
-		return
-	}
-	prop := Property{Path: strings.Split(string(path), "\x00"), Value: append([]byte(nil), value...)}
-	var target *[]Property
-	switch gctx := inst.effective; {
-	case gctx.stream != nil:
-		target = &gctx.stream.properties
-	case gctx.root != nil:
-		target = &gctx.root.properties
-	default:
-		stack[0] = uint64(statusBadArgument)
-		return
-	}
-	*target = slices.DeleteFunc(*target, func(p Property) bool { return slices.Equal(p.Path, prop.Path) })
-	*target = append(*target, prop)
-	stack[0] = uint64(statusOK)
-}
-
 // proxy_send_local_response(status, details_data, details_size, body_data, body_size, headers_data,
 // headers_size, grpc_status): recorded now, sent after the callback returns, and forces a pause. Only the first
 // reply of a stream counts, and only while its request is open (the request-headers callback and callbacks while
@@ -529,161 +351,19 @@ func proxySendLocalResponse(inst *instance, stack []uint64) {
 	stack[0] = uint64(statusOK)
 }
 
-// streamAction applies proxy_continue_stream / proxy_close_stream to the effective stream; they take effect when
-// the callback returns.
-func streamAction(inst *instance, streamType uint32, closeStream bool) status {
-	s := inst.effective.stream
-	if s == nil || streamType > streamTypeUpstream {
-		return statusBadArgument
-	}
-	switch streamType {
-	case streamTypeRequest:
-		if closeStream {
-			s.resetRequested = true
-		} else {
-			s.continueRequested = true
-		}
-	case streamTypeResponse:
-		// The response is not processed by this host; closing it still aborts the stream.
-		if closeStream {
-			s.resetRequested = true
-		}
-	default:
-		// Downstream and upstream are network-filter streams.
-		return statusBadArgument
-	}
-	return statusOK
-}
-
-// proxy_continue_stream(type)
+// proxy_continue_stream(type): resumes the effective stream's request when the callback returns. The response is
+// not processed by this host, so continuing it changes nothing; downstream and upstream are network-filter
+// streams.
 func proxyContinueStream(inst *instance, stack []uint64) {
-	stack[0] = uint64(streamAction(inst, u32(stack[0]), false))
-}
-
-// proxy_close_stream(type)
-func proxyCloseStream(inst *instance, stack []uint64) {
-	stack[0] = uint64(streamAction(inst, u32(stack[0]), true))
-}
-
-// proxy_continue_request(), ABI 0.1.0
-func proxyContinueRequest(inst *instance, stack []uint64) {
-	stack[0] = uint64(streamAction(inst, streamTypeRequest, false))
-}
-
-// proxy_continue_response(), ABI 0.1.0
-func proxyContinueResponse(inst *instance, stack []uint64) {
-	stack[0] = uint64(streamAction(inst, streamTypeResponse, false))
-}
-
-// proxy_clear_route_cache(), ABI 0.1.0
-func proxyClearRouteCache(inst *instance, stack []uint64) {
-	if s := inst.effective.stream; s != nil {
-		s.routeCacheCleared = true
-	}
-	stack[0] = uint64(statusOK)
-}
-
-// proxy_get_shared_data(key_data, key_size, return_value_data, return_value_size, return_cas)
-func proxyGetSharedData(inst *instance, stack []uint64) {
-	key, ok := inst.read(u32(stack[0]), u32(stack[1]))
-	if !ok {
-		stack[0] = uint64(statusInvalidMemoryAccess)
-		return
-	}
-	value, cas, found := inst.host.shared.get(inst.host.opts.VMID, key)
-	if !found {
-		stack[0] = uint64(statusNotFound)
-		return
-	}
-	if !inst.writeU32(u32(stack[4]), cas) {
-		stack[0] = uint64(statusInvalidMemoryAccess)
-		return
-	}
-	stack[0] = uint64(inst.returnBytes(value, u32(stack[2]), u32(stack[3])))
-}
-
-// proxy_set_shared_data(key_data, key_size, value_data, value_size, cas)
-func proxySetSharedData(inst *instance, stack []uint64) {
-	key, okKey := inst.read(u32(stack[0]), u32(stack[1]))
-	value, okValue := inst.read(u32(stack[2]), u32(stack[3]))
-	if !okKey || !okValue {
-		stack[0] = uint64(statusInvalidMemoryAccess)
-		return
-	}
-	if !inst.host.shared.Set(inst.host.opts.VMID, string(key), value, u32(stack[4])) {
-		stack[0] = uint64(statusCasMismatch)
-		return
-	}
-	stack[0] = uint64(statusOK)
-}
-
-// proxy_register_shared_queue(name_data, name_size, return_token): owned by the effective root context.
-func proxyRegisterSharedQueue(inst *instance, stack []uint64) {
-	name, ok := inst.read(u32(stack[0]), u32(stack[1]))
-	if !ok {
-		stack[0] = uint64(statusInvalidMemoryAccess)
-		return
-	}
-	root := inst.effective.root
-	if root == nil {
+	s := inst.effective.stream
+	switch streamType := u32(stack[0]); {
+	case s == nil || streamType > streamTypeResponse:
 		stack[0] = uint64(statusBadArgument)
 		return
-	}
-	if _, ok := inst.read(u32(stack[2]), 4); !ok {
-		stack[0] = uint64(statusInvalidMemoryAccess)
-		return
-	}
-	token := inst.host.queues.register(inst.host.opts.VMID, string(name), inst, root.id)
-	stack[0] = uint64(statusFor(inst.writeU32(u32(stack[2]), token)))
-}
-
-// proxy_resolve_shared_queue(vm_id_data, vm_id_size, name_data, name_size, return_token)
-func proxyResolveSharedQueue(inst *instance, stack []uint64) {
-	vmID, okVM := inst.read(u32(stack[0]), u32(stack[1]))
-	name, okName := inst.read(u32(stack[2]), u32(stack[3]))
-	if !okVM || !okName {
-		stack[0] = uint64(statusInvalidMemoryAccess)
-		return
-	}
-	token, found := inst.host.queues.resolve(string(vmID), string(name))
-	if !found {
-		stack[0] = uint64(statusNotFound)
-		return
-	}
-	stack[0] = uint64(statusFor(inst.writeU32(u32(stack[4]), token)))
-}
-
-// proxy_enqueue_shared_queue(token, data, size): proxy_on_queue_ready reaches the owner asynchronously.
-func proxyEnqueueSharedQueue(inst *instance, stack []uint64) {
-	data, ok := inst.read(u32(stack[1]), u32(stack[2]))
-	if !ok {
-		stack[0] = uint64(statusInvalidMemoryAccess)
-		return
-	}
-	token := u32(stack[0])
-	owner, root, notify, found := inst.host.queues.enqueue(token, data)
-	if !found {
-		stack[0] = uint64(statusNotFound)
-		return
-	}
-	if notify {
-		inst.host.deliverQueueReady(owner, root, token)
+	case streamType == streamTypeRequest:
+		s.continueRequested = true
 	}
 	stack[0] = uint64(statusOK)
-}
-
-// proxy_dequeue_shared_queue(token, return_data, return_size)
-func proxyDequeueSharedQueue(inst *instance, stack []uint64) {
-	if !inst.writableSlots(u32(stack[1]), u32(stack[2])) {
-		stack[0] = uint64(statusInvalidMemoryAccess)
-		return
-	}
-	data, st := inst.host.queues.dequeue(u32(stack[0]))
-	if st != statusOK {
-		stack[0] = uint64(st)
-		return
-	}
-	stack[0] = uint64(inst.returnBytes(data, u32(stack[1]), u32(stack[2])))
 }
 
 // proxy_define_metric(type, name_data, name_size, return_id)
@@ -719,25 +399,6 @@ func proxyIncrementMetric(inst *instance, stack []uint64) {
 	default:
 		stack[0] = uint64(statusBadArgument)
 	}
-}
-
-// proxy_record_metric(id, value u64): counters add, gauges set, histograms record.
-func proxyRecordMetric(inst *instance, stack []uint64) {
-	m := inst.host.metrics.lookup(u32(stack[0]))
-	if m == nil {
-		stack[0] = uint64(statusNotFound)
-		return
-	}
-	cell := &m.cells[inst.slot.index]
-	switch m.kind {
-	case metricCounter:
-		cell.value.Add(int64(stack[1]))
-	case metricGauge:
-		cell.value.Store(int64(stack[1]))
-	case metricHistogram:
-		cell.hist.record(stack[1])
-	}
-	stack[0] = uint64(statusOK)
 }
 
 // proxy_get_metric(id, return_value): a counter's total over instances, or this instance's gauge.
@@ -787,24 +448,4 @@ func proxySetEffectiveContext(inst *instance, stack []uint64) {
 	}
 	inst.effective = gctx
 	stack[0] = uint64(statusOK)
-}
-
-// proxy_done(): a draining root context finished; it is deleted after the current callback.
-func proxyDone(inst *instance, stack []uint64) {
-	root := inst.effective.root
-	if root == nil || !root.draining || slices.Contains(inst.pendingDelete, root) {
-		stack[0] = uint64(statusNotFound)
-		return
-	}
-	inst.pendingDelete = append(inst.pendingDelete, root)
-	stack[0] = uint64(statusOK)
-}
-
-// pthread_equal(a, b)
-func pthreadEqual(_ *instance, stack []uint64) {
-	if u32(stack[0]) == u32(stack[1]) {
-		stack[0] = 1
-	} else {
-		stack[0] = 0
-	}
 }

@@ -293,7 +293,6 @@ func (inst *instance) deliverCall(root *rootContext, token uint32, resp *HTTPCal
 	clear(c.headers)
 	clear(c.trailers)
 	*c = callResponse{headers: c.headers[:0], trailers: c.trailers[:0]}
-	inst.flushPendingDeletes()
 	return err
 }
 

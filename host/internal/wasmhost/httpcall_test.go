@@ -3,6 +3,7 @@ package wasmhost
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -446,13 +447,12 @@ func TestHTTPCallFromARootContextIsDeliveredToThatRoot(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.cluster, func(t *testing.T) {
+			logs := &logRecorder{}
 			opts := callOptions(t, &fakeCaller{clusters: []string{"auth"}})
-			opts.PluginConfiguration = []byte("cluster=blue;tick-ms=5;tick-call=" + tt.cluster)
-			h := newHost(t, guestWasm(t), opts)
-			eventually(t, "the tick's call result", func() bool {
-				v, _, ok := h.shared.Get("test-vm", "tick-call")
-				return ok && string(v) == tt.want
-			})
+			opts.Logger = slog.New(logs)
+			opts.PluginConfiguration = []byte("cluster=blue;configure-call=" + tt.cluster)
+			newHost(t, guestWasm(t), opts)
+			eventually(t, "the root's call result", func() bool { return logs.contains("configure-call: " + tt.want) })
 		})
 	}
 }

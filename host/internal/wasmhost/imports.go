@@ -2,6 +2,7 @@ package wasmhost
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/tetratelabs/wazero"
@@ -12,6 +13,31 @@ import (
 
 // hostFunc implements one import; stack holds the parameters and receives the results (wazero GoModuleFunction).
 type hostFunc func(inst *instance, stack []uint64)
+
+// moduleImports returns the Envoy imports the module uses, which CheckImports has matched with what the emulated
+// release provides, and fails for one this host does not implement: it implements what skewgate's plugin
+// imports, and a module importing more would otherwise meet a function Envoy has but this host lacks.
+func (h *Host) moduleImports(compiled wazero.CompiledModule) ([]envoyabi.Import, error) {
+	imported := make(map[string]bool)
+	for _, def := range compiled.ImportedFunctions() {
+		ns, name, _ := def.Import()
+		imported[ns+"."+name] = true
+	}
+	impls := h.implementations()
+	var out []envoyabi.Import
+	var errs []error
+	for _, imp := range envoyabi.ProvidedBy(h.opts.Envoy, h.abi) {
+		if !imported[imp.QualifiedName()] {
+			continue
+		}
+		if impls[imp.Name] == nil {
+			errs = append(errs, fmt.Errorf("the module imports %s, which this host does not implement", imp.QualifiedName()))
+			continue
+		}
+		out = append(out, imp)
+	}
+	return out, errors.Join(errs...)
+}
 
 // link instantiates the env and WASI host modules with exactly h.imports and builds the restricted-phase
 // allow-lists for the emulated Envoy release.
@@ -24,13 +50,6 @@ func (h *Host) link(ctx context.Context) error {
 	for idx, imp := range h.imports {
 		h.startVMRestriction.allowed[idx] = imp.AllowedDuringStartVM(h.opts.Envoy)
 		h.mallocRestriction.allowed[idx] = imp.AllowedDuringMalloc(h.opts.Envoy)
-		impl, ok := impls[imp.Name]
-		if !ok {
-			if imp.IsWASI() {
-				return fmt.Errorf("no implementation for %s", imp.QualifiedName())
-			}
-			impl = unimplemented
-		}
 		b, ok := builders[imp.Namespace]
 		if !ok {
 			b = h.runtime.NewHostModuleBuilder(imp.Namespace)
@@ -38,7 +57,7 @@ func (h *Host) link(ctx context.Context) error {
 			order = append(order, imp.Namespace)
 		}
 		b.NewFunctionBuilder().
-			WithGoModuleFunction(guard(idx, imp, impl), imp.Params, imp.Results).
+			WithGoModuleFunction(guard(idx, imp, impls[imp.Name]), imp.Params, imp.Results).
 			WithName(imp.Name).
 			Export(imp.Name)
 	}
@@ -66,51 +85,24 @@ func guard(idx int, imp envoyabi.Import, impl hostFunc) api.GoModuleFunc {
 	}
 }
 
-// unimplemented answers proxy_* functions this host does not support (gRPC callouts, gRPC status).
-func unimplemented(_ *instance, stack []uint64) { stack[0] = uint64(statusUnimplemented) }
-
-// implementations maps import names to their implementation. WASI functions are the same under both namespaces.
+// implementations maps import names to their implementation: the proxy-wasm functions skewgate's plugin imports
+// and the WASI functions a Go wasip1 module imports, which are the same under both WASI namespaces.
 func (h *Host) implementations() map[string]hostFunc {
 	m := map[string]hostFunc{
-		"proxy_log":                          proxyLog,
-		"proxy_get_log_level":                proxyGetLogLevel,
-		"proxy_get_current_time_nanoseconds": proxyGetCurrentTimeNanoseconds,
-		"proxy_set_tick_period_milliseconds": proxySetTickPeriodMilliseconds,
-		"proxy_get_configuration":            proxyGetConfiguration,
-		"proxy_get_buffer_bytes":             proxyGetBufferBytes,
-		"proxy_get_buffer_status":            proxyGetBufferStatus,
-		"proxy_set_buffer_bytes":             proxySetBufferBytes,
-		"proxy_get_header_map_value":         proxyGetHeaderMapValue,
-		"proxy_add_header_map_value":         proxyAddHeaderMapValue,
-		"proxy_replace_header_map_value":     proxyReplaceHeaderMapValue,
-		"proxy_remove_header_map_value":      proxyRemoveHeaderMapValue,
-		"proxy_get_header_map_pairs":         proxyGetHeaderMapPairs,
-		"proxy_set_header_map_pairs":         proxySetHeaderMapPairs,
-		"proxy_get_header_map_size":          proxyGetHeaderMapSize,
-		"proxy_get_property":                 proxyGetProperty,
-		"proxy_set_property":                 proxySetProperty,
-		"proxy_send_local_response":          proxySendLocalResponse,
-		"proxy_continue_stream":              proxyContinueStream,
-		"proxy_close_stream":                 proxyCloseStream,
-		"proxy_continue_request":             proxyContinueRequest,
-		"proxy_continue_response":            proxyContinueResponse,
-		"proxy_clear_route_cache":            proxyClearRouteCache,
-		"proxy_get_shared_data":              proxyGetSharedData,
-		"proxy_set_shared_data":              proxySetSharedData,
-		"proxy_register_shared_queue":        proxyRegisterSharedQueue,
-		"proxy_resolve_shared_queue":         proxyResolveSharedQueue,
-		"proxy_enqueue_shared_queue":         proxyEnqueueSharedQueue,
-		"proxy_dequeue_shared_queue":         proxyDequeueSharedQueue,
-		"proxy_define_metric":                proxyDefineMetric,
-		"proxy_increment_metric":             proxyIncrementMetric,
-		"proxy_record_metric":                proxyRecordMetric,
-		"proxy_get_metric":                   proxyGetMetric,
-		"proxy_call_foreign_function":        proxyCallForeignFunction,
-		"proxy_set_effective_context":        proxySetEffectiveContext,
-		"proxy_done":                         proxyDone,
-		"proxy_http_call":                    proxyHTTPCall,
-		"pthread_equal":                      pthreadEqual,
-		"emscripten_notify_memory_growth":    func(*instance, []uint64) {},
+		"proxy_log":                      proxyLog,
+		"proxy_get_buffer_bytes":         proxyGetBufferBytes,
+		"proxy_get_header_map_pairs":     proxyGetHeaderMapPairs,
+		"proxy_set_header_map_pairs":     proxySetHeaderMapPairs,
+		"proxy_replace_header_map_value": proxyReplaceHeaderMapValue,
+		"proxy_get_property":             proxyGetProperty,
+		"proxy_send_local_response":      proxySendLocalResponse,
+		"proxy_continue_stream":          proxyContinueStream,
+		"proxy_define_metric":            proxyDefineMetric,
+		"proxy_increment_metric":         proxyIncrementMetric,
+		"proxy_get_metric":               proxyGetMetric,
+		"proxy_call_foreign_function":    proxyCallForeignFunction,
+		"proxy_set_effective_context":    proxySetEffectiveContext,
+		"proxy_http_call":                proxyHTTPCall,
 	}
 	for name, fn := range wasiImplementations(h.opts.Envoy) {
 		m[name] = fn

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero/api"
-
-	"github.com/skewgate/skewgate/host/envoyabi"
 )
 
 // instanceKey carries the calling *instance in the context of every guest call, so that host functions find their
@@ -33,7 +31,6 @@ type guestExports struct {
 	onContextCreate, onVMStart, onConfigure   api.Function
 	onRequestHeaders                          api.Function
 	onLog, onDone, onDelete                   api.Function
-	onTick, onQueueReady                      api.Function
 	onHTTPCallResponse                        api.Function
 }
 
@@ -41,13 +38,6 @@ type guestExports struct {
 type rootContext struct {
 	id            uint32
 	configuration []byte
-	// staged roots belong to a Configure call that has not committed yet: they receive no ticks.
-	staged bool
-	// draining roots returned false from proxy_on_done and wait for proxy_done.
-	draining   bool
-	tickPeriod time.Duration
-	nextTick   time.Time
-	properties []Property // proxy_set_property values
 	// streams counts the root's live streams; a root replaced while some still wait for HTTP calls is retired
 	// and shut down when the last one ends, as Envoy keeps a plugin alive while its filters run.
 	streams int
@@ -63,7 +53,6 @@ type stream struct {
 	headers     [][2]string
 	endOfStream bool
 	props       *Properties
-	properties  []Property // proxy_set_property values
 
 	// requestOpen is true from proxy_on_request_headers until the request is forwarded or answered, also while
 	// the stream waits for HTTP calls: the request headers may change and a local response may be sent.
@@ -72,7 +61,6 @@ type stream struct {
 	routeCacheCleared bool
 	response          *LocalResponse
 	continueRequested bool
-	resetRequested    bool
 
 	calls streamCalls
 }
@@ -103,14 +91,13 @@ type instance struct {
 	failed        error
 	nextContextID uint32
 	root          *rootContext   // the committed configuration's root
-	roots         []*rootContext // every live root: committed, staged and draining
+	roots         []*rootContext // every live root: committed, staged by Configure, and kept by proxy_on_done
 	configuring   *rootContext   // buffer type 7 is readable only while this root's proxy_on_configure runs
 	effective     guestContext
 	streams       map[uint32]*stream
 	spareStreams  []*stream
 	lastCallToken uint32
 	callResponse  callResponse
-	pendingDelete []*rootContext // draining roots that called proxy_done
 	lastGuestErr  string
 	scratch       []byte
 	output        [2][]byte // stdout and stderr bytes not yet ended by a newline
@@ -271,9 +258,9 @@ func (inst *instance) fail(err error) {
 }
 
 // startRoot creates a root context for configuration: proxy_on_context_create(root, 0), proxy_on_vm_start and
-// proxy_on_configure with the configuration readable as buffer type 7. The root stays staged until commit.
+// proxy_on_configure with the configuration readable as buffer type 7. New streams use it only once committed.
 func (inst *instance) startRoot(configuration []byte) (*rootContext, error) {
-	root := &rootContext{id: inst.newContextID(), configuration: configuration, staged: true}
+	root := &rootContext{id: inst.newContextID(), configuration: configuration}
 	inst.roots = append(inst.roots, root)
 	inst.lastGuestErr = ""
 	rctx := guestContext{id: root.id, root: root}
@@ -303,16 +290,11 @@ func (inst *instance) startRoot(configuration []byte) (*rootContext, error) {
 			return nil, reject("proxy_on_configure", err)
 		}
 	}
-	inst.flushPendingDeletes()
-	if inst.failed != nil {
-		return nil, reject("proxy_on_delete", inst.failed)
-	}
 	return root, nil
 }
 
 // commit makes root the configuration new streams use and shuts down the previous root.
 func (inst *instance) commit(root *rootContext) {
-	root.staged = false
 	old := inst.root
 	inst.root = root
 	inst.host.lastConfiguredSlot.Store(int32(inst.slot.index))
@@ -321,8 +303,10 @@ func (inst *instance) commit(root *rootContext) {
 	}
 }
 
-// shutdownRoot runs proxy_on_done(root) and, unless the guest asks to wait for proxy_done, proxy_on_delete(root).
-// A root with live streams is retired instead and shut down after its last stream.
+// shutdownRoot runs proxy_on_done(root) and, if the guest is done, proxy_on_delete(root). A root whose
+// proxy_on_done returns false stays, as in Envoy, until the guest calls proxy_done, which the plugin does not
+// import: it lives as long as the instance. A root with live streams is retired instead and shut down after its
+// last stream.
 func (inst *instance) shutdownRoot(root *rootContext) {
 	if inst.failed != nil {
 		return
@@ -338,7 +322,6 @@ func (inst *instance) shutdownRoot(root *rootContext) {
 			return
 		}
 		if uint32(done) == 0 {
-			root.draining = true
 			return
 		}
 	}
@@ -352,16 +335,6 @@ func (inst *instance) deleteRoot(root *rootContext) {
 		}
 	}
 	inst.roots = slices.DeleteFunc(inst.roots, func(r *rootContext) bool { return r == root })
-}
-
-// flushPendingDeletes deletes draining roots that called proxy_done during the last callback.
-func (inst *instance) flushPendingDeletes() {
-	for len(inst.pendingDelete) > 0 && inst.failed == nil {
-		root := inst.pendingDelete[0]
-		inst.pendingDelete = inst.pendingDelete[1:]
-		inst.deleteRoot(root)
-	}
-	inst.pendingDelete = inst.pendingDelete[:0]
 }
 
 // findContext resolves a context id for proxy_set_effective_context.
@@ -440,7 +413,6 @@ func (inst *instance) finishStream(s *stream, out *Outcome) {
 		}
 	}
 	inst.cancelCalls(s)
-	inst.flushPendingDeletes()
 	inst.releaseStream(s)
 }
 
@@ -450,8 +422,6 @@ func (inst *instance) finishStream(s *stream, out *Outcome) {
 func (inst *instance) decide(s *stream, req *Request, out *Outcome, action uint32) bool {
 	out.RouteCacheCleared = s.routeCacheCleared
 	switch {
-	case s.resetRequested:
-		out.Verdict = Reset
 	case s.response != nil:
 		out.Verdict = Respond
 		out.Response = s.response
@@ -481,7 +451,7 @@ func (inst *instance) newStream(ctx context.Context, root *rootContext, req *Req
 		s = new(stream)
 	}
 	*s = stream{id: inst.newContextID(), root: root, ctx: ctx, headers: s.headers[:0], endOfStream: req.EndOfStream,
-		props: &req.Properties, properties: s.properties[:0], calls: streamCalls{tokens: s.calls.tokens[:0]}}
+		props: &req.Properties, calls: streamCalls{tokens: s.calls.tokens[:0]}}
 	for _, h := range req.Headers {
 		s.headers = append(s.headers, [2]string{strings.ToLower(h[0]), h[1]})
 	}
@@ -503,7 +473,6 @@ func (inst *instance) releaseStream(s *stream) {
 		inst.shutdownRoot(root)
 	}
 	clear(s.headers)
-	clear(s.properties)
 	s.root, s.ctx, s.props, s.response = nil, nil, nil, nil
 	s.calls = streamCalls{tokens: s.calls.tokens[:0]}
 	inst.spareStreams = append(inst.spareStreams, s)
@@ -511,24 +480,6 @@ func (inst *instance) releaseStream(s *stream) {
 
 func (s *stream) guestContext() guestContext {
 	return guestContext{id: s.id, root: s.root, stream: s}
-}
-
-// tick runs proxy_on_tick for root.
-func (inst *instance) tick(root *rootContext) {
-	if fn := inst.fns.onTick; fn != nil {
-		_, _ = inst.call1(fn, guestContext{id: root.id, root: root}, root.id)
-		inst.flushPendingDeletes()
-	}
-}
-
-// queueReady runs proxy_on_queue_ready(root, token) if root is still alive.
-func (inst *instance) queueReady(rootID, token uint32) {
-	gctx, ok := inst.findContext(rootID)
-	if !ok || gctx.stream != nil || inst.fns.onQueueReady == nil {
-		return
-	}
-	_, _ = inst.call2(inst.fns.onQueueReady, gctx, rootID, token)
-	inst.flushPendingDeletes()
 }
 
 // guestLog emits a guest log line and remembers error-level lines for configuration errors.
@@ -557,27 +508,19 @@ type exportSpec struct {
 	field   func(*guestExports) *api.Function
 }
 
-func exportSpecs(abi string) []exportSpec {
-	requestHeaderParams := 3
-	if abi == envoyabi.ABI010 {
-		requestHeaderParams = 2
-	}
-	return []exportSpec{
-		{"_initialize", 0, 0, func(g *guestExports) *api.Function { return &g.initialize }},
-		{"main", 2, 1, func(g *guestExports) *api.Function { return &g.mainWithArgs }},
-		{"__main_void", 0, 1, func(g *guestExports) *api.Function { return &g.mainVoid }},
-		{"_start", 0, 0, func(g *guestExports) *api.Function { return &g.start }},
-		{"proxy_on_context_create", 2, 0, func(g *guestExports) *api.Function { return &g.onContextCreate }},
-		{"proxy_on_vm_start", 2, 1, func(g *guestExports) *api.Function { return &g.onVMStart }},
-		{"proxy_on_configure", 2, 1, func(g *guestExports) *api.Function { return &g.onConfigure }},
-		{"proxy_on_request_headers", requestHeaderParams, 1, func(g *guestExports) *api.Function { return &g.onRequestHeaders }},
-		{"proxy_on_log", 1, 0, func(g *guestExports) *api.Function { return &g.onLog }},
-		{"proxy_on_done", 1, 1, func(g *guestExports) *api.Function { return &g.onDone }},
-		{"proxy_on_delete", 1, 0, func(g *guestExports) *api.Function { return &g.onDelete }},
-		{"proxy_on_tick", 1, 0, func(g *guestExports) *api.Function { return &g.onTick }},
-		{"proxy_on_queue_ready", 2, 0, func(g *guestExports) *api.Function { return &g.onQueueReady }},
-		{"proxy_on_http_call_response", 5, 0, func(g *guestExports) *api.Function { return &g.onHTTPCallResponse }},
-	}
+var exportSpecs = []exportSpec{
+	{"_initialize", 0, 0, func(g *guestExports) *api.Function { return &g.initialize }},
+	{"main", 2, 1, func(g *guestExports) *api.Function { return &g.mainWithArgs }},
+	{"__main_void", 0, 1, func(g *guestExports) *api.Function { return &g.mainVoid }},
+	{"_start", 0, 0, func(g *guestExports) *api.Function { return &g.start }},
+	{"proxy_on_context_create", 2, 0, func(g *guestExports) *api.Function { return &g.onContextCreate }},
+	{"proxy_on_vm_start", 2, 1, func(g *guestExports) *api.Function { return &g.onVMStart }},
+	{"proxy_on_configure", 2, 1, func(g *guestExports) *api.Function { return &g.onConfigure }},
+	{"proxy_on_request_headers", 3, 1, func(g *guestExports) *api.Function { return &g.onRequestHeaders }},
+	{"proxy_on_log", 1, 0, func(g *guestExports) *api.Function { return &g.onLog }},
+	{"proxy_on_done", 1, 1, func(g *guestExports) *api.Function { return &g.onDone }},
+	{"proxy_on_delete", 1, 0, func(g *guestExports) *api.Function { return &g.onDelete }},
+	{"proxy_on_http_call_response", 5, 0, func(g *guestExports) *api.Function { return &g.onHTTPCallResponse }},
 }
 
 // allocatorNames are tried in cpp-host's order.
@@ -591,12 +534,12 @@ type resolvedExports struct {
 
 // resolveExports validates the module's callbacks like cpp-host: a callback with the wrong signature fails the
 // load ("Bad function signature for: name"), a module without an allocator cannot receive host data.
-func resolveExports(abi string, defs map[string]api.FunctionDefinition) (resolvedExports, error) {
+func resolveExports(defs map[string]api.FunctionDefinition) (resolvedExports, error) {
 	var r resolvedExports
 	allI32 := func(types []api.ValueType) bool {
 		return !slices.ContainsFunc(types, func(t api.ValueType) bool { return t != api.ValueTypeI32 })
 	}
-	for _, spec := range exportSpecs(abi) {
+	for _, spec := range exportSpecs {
 		def, ok := defs[spec.name]
 		if !ok {
 			continue

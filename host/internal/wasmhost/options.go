@@ -42,7 +42,7 @@ type Options struct {
 	CompilationCacheDir string
 
 	// PluginName, RootID and VMID are Envoy's PluginConfig.name, root_id and vm_config.vm_id. They are readable
-	// as the plugin_name, plugin_root_id and plugin_vm_id properties; VMID also scopes shared data and queues.
+	// as the plugin_name, plugin_root_id and plugin_vm_id properties.
 	PluginName, RootID, VMID string
 	// VMConfiguration is vm_config.configuration, buffer type 6.
 	VMConfiguration []byte
@@ -69,9 +69,6 @@ type Options struct {
 	// an unknown cluster.
 	HTTPCalls HTTPCaller
 
-	// SharedData is the proxy_{get,set}_shared_data store. Hosts given the same store share data per VMID, as
-	// Envoy shares it across VMs (and across VM reloads). Default: a store private to the host.
-	SharedData *SharedData
 	// Logger receives guest logs (proxy_log, fd_write) and host events. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -101,9 +98,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RestartBackoff.StableAfter <= 0 {
 		o.RestartBackoff.StableAfter = defaultBackoffStableTime
-	}
-	if o.SharedData == nil {
-		o.SharedData = NewSharedData()
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -19,16 +19,6 @@ var (
 	errPairsNoNUL     = errors.New("serialized map entry is not NUL-terminated")
 )
 
-// pairsSize is the encoded size of pairs: u32 count, a u32 length pair per entry, then every key and value
-// followed by a NUL byte.
-func pairsSize(pairs [][2]string) int {
-	size := 4
-	for _, p := range pairs {
-		size += 8 + len(p[0]) + len(p[1]) + 2
-	}
-	return size
-}
-
 // appendPairs appends the proxy-wasm encoding of pairs (little-endian) to dst.
 func appendPairs(dst []byte, pairs [][2]string) []byte {
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(pairs)))

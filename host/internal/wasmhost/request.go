@@ -1,9 +1,6 @@
 package wasmhost
 
-import (
-	"encoding/binary"
-	"strings"
-)
+import "strings"
 
 // Request is what HandleRequestHeaders hands to the plugin.
 type Request struct {
@@ -34,8 +31,6 @@ type Properties struct {
 	// TLS describes the downstream TLS session; nil for a plaintext connection, which makes the TLS attributes
 	// absent (NOT_FOUND) and connection.mtls false.
 	TLS *TLSProperties
-	// Extra are further attributes, for example xds.cluster_name; they take precedence over the fields above.
-	Extra []Property
 }
 
 // TLSProperties are the connection.* attributes of a TLS connection.
@@ -55,49 +50,11 @@ type TLSProperties struct {
 	RequestedServerName string
 }
 
-// Property is an attribute value under a path of segments, e.g. {"xds", "cluster_name"}.
-type Property struct {
-	Path  []string
-	Value []byte
-}
-
-// StringProperty encodes a string attribute.
-func StringProperty(value string, path ...string) Property {
-	return Property{Path: path, Value: []byte(value)}
-}
-
-// BoolProperty encodes a boolean attribute as Envoy does: one byte, 1 or 0.
-func BoolProperty(value bool, path ...string) Property {
-	return Property{Path: path, Value: []byte{boolByte(value)}}
-}
-
-// Int64Property encodes an integer attribute as Envoy does: 8 bytes, little-endian.
-func Int64Property(value int64, path ...string) Property {
-	return Property{Path: path, Value: binary.LittleEndian.AppendUint64(nil, uint64(value))}
-}
-
 func boolByte(b bool) byte {
 	if b {
 		return 1
 	}
 	return 0
-}
-
-// matchPath reports whether a NUL-separated guest path equals the segments.
-func matchPath(guestPath []byte, segments []string) bool {
-	for n, seg := range segments {
-		if n > 0 {
-			if len(guestPath) == 0 || guestPath[0] != 0 {
-				return false
-			}
-			guestPath = guestPath[1:]
-		}
-		if len(guestPath) < len(seg) || string(guestPath[:len(seg)]) != seg {
-			return false
-		}
-		guestPath = guestPath[len(seg):]
-	}
-	return len(guestPath) == 0 && len(segments) > 0
 }
 
 // Verdict is what the gateway does with the request.

@@ -8,9 +8,6 @@ const (
 	statusNotFound            status = 1
 	statusBadArgument         status = 2
 	statusInvalidMemoryAccess status = 6
-	statusEmpty               status = 7
-	statusCasMismatch         status = 8
-	statusUnimplemented       status = 12
 )
 
 // WASI errno values returned by the cpp-host WASI emulation.
@@ -19,7 +16,6 @@ const (
 	errnoBadf    uint32 = 8
 	errnoFault   uint32 = 21
 	errnoInval   uint32 = 28
-	errnoNoent   uint32 = 44
 	errnoNosys   uint32 = 52
 	errnoNotsup  uint32 = 58
 )
@@ -35,7 +31,6 @@ const (
 	bufferTypePluginConfig         = 7
 	streamTypeRequest              = 0
 	streamTypeResponse             = 1
-	streamTypeUpstream             = 3
 	actionContinue                 = 0
 	actionPause                    = 1
 	logLevelCritical               = 5

@@ -35,8 +35,8 @@ func returnErrno(e uint32) hostFunc {
 	return func(_ *instance, stack []uint64) { errno(stack, e) }
 }
 
-// wasiImplementations returns the WASI functions for the emulated Envoy release; the release decides
-// poll_oneoff's behaviour (ENOSYS before cpp-host #533, zero events from it on).
+// wasiImplementations returns the WASI functions a Go wasip1 module imports, for the emulated Envoy release; the
+// release decides poll_oneoff's behaviour (ENOSYS before cpp-host #533, zero events from it on).
 func wasiImplementations(envoy envoyabi.Version) map[string]hostFunc {
 	pollOneoff := returnErrno(errnoNosys)
 	if envoy.AtLeast(envoyabi.Envoy139) {
@@ -48,48 +48,16 @@ func wasiImplementations(envoy envoyabi.Version) map[string]hostFunc {
 		"environ_sizes_get":   wasiEnvironSizesGet,
 		"environ_get":         wasiEnvironGet,
 		"clock_time_get":      wasiClockTimeGet,
-		"clock_res_get":       wasiClockResGet,
 		"random_get":          wasiRandomGet,
 		"fd_write":            wasiFDWrite,
-		"fd_read":             returnErrno(errnoNosys),
-		"fd_seek":             wasiUnsupportedButSucceeds("fd_seek"),
 		"fd_close":            wasiUnsupportedButSucceeds("fd_close"),
 		"fd_fdstat_get":       wasiFDStatGet,
 		"fd_fdstat_set_flags": returnErrno(errnoNosys),
 		"fd_prestat_get":      returnErrno(errnoBadf),
 		"fd_prestat_dir_name": returnErrno(errnoNosys),
-		"path_open":           returnErrno(errnoNoent),
 		"proc_exit":           wasiProcExit,
 		"sched_yield":         returnErrno(errnoSuccess),
 		"poll_oneoff":         pollOneoff,
-		// Added by cpp-host #533 as stubs: descriptor operations have no descriptor (BADF), path and socket
-		// operations are not supported.
-		"fd_advise":               returnErrno(errnoBadf),
-		"fd_allocate":             returnErrno(errnoBadf),
-		"fd_datasync":             returnErrno(errnoBadf),
-		"fd_fdstat_set_rights":    returnErrno(errnoBadf),
-		"fd_filestat_get":         returnErrno(errnoBadf),
-		"fd_filestat_set_size":    returnErrno(errnoBadf),
-		"fd_filestat_set_times":   returnErrno(errnoBadf),
-		"fd_pread":                returnErrno(errnoBadf),
-		"fd_pwrite":               returnErrno(errnoBadf),
-		"fd_readdir":              returnErrno(errnoBadf),
-		"fd_renumber":             returnErrno(errnoBadf),
-		"fd_sync":                 returnErrno(errnoBadf),
-		"fd_tell":                 returnErrno(errnoBadf),
-		"path_create_directory":   returnErrno(errnoNotsup),
-		"path_filestat_get":       returnErrno(errnoNotsup),
-		"path_filestat_set_times": returnErrno(errnoNotsup),
-		"path_link":               returnErrno(errnoNotsup),
-		"path_readlink":           returnErrno(errnoNotsup),
-		"path_remove_directory":   returnErrno(errnoNotsup),
-		"path_rename":             returnErrno(errnoNotsup),
-		"path_symlink":            returnErrno(errnoNotsup),
-		"path_unlink_file":        returnErrno(errnoNotsup),
-		"sock_accept":             returnErrno(errnoNotsup),
-		"sock_recv":               returnErrno(errnoNotsup),
-		"sock_send":               returnErrno(errnoNotsup),
-		"sock_shutdown":           returnErrno(errnoNotsup),
 	}
 }
 
@@ -142,16 +110,6 @@ func wasiClockTimeGet(inst *instance, stack []uint64) {
 		return
 	}
 	errno(stack, faultUnless(inst.writeU64(u32(stack[2]), now)))
-}
-
-// clock_res_get(id, resolution): nanosecond resolution for the two supported clocks.
-func wasiClockResGet(inst *instance, stack []uint64) {
-	switch u32(stack[0]) {
-	case clockRealtime, clockMonotonic:
-		errno(stack, faultUnless(inst.writeU64(u32(stack[1]), 1)))
-	default:
-		errno(stack, errnoNotsup)
-	}
 }
 
 // random_get(buf, len): at most 64 KiB per call.

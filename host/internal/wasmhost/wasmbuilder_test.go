@@ -265,11 +265,7 @@ func (spec probeSpec) build() []byte {
 			body = append(body, i32Const(ret)...)
 			results = i32s(1)
 		}
-		params := cb.params
-		if cb.name == "proxy_on_request_headers" && abi == envoyabi.ABI010 {
-			params = 2
-		}
-		m.addFunc(cb.name, i32s(params), results, body)
+		m.addFunc(cb.name, i32s(cb.params), results, body)
 	}
 	return m.encode()
 }

@@ -1,24 +1,23 @@
 // Command guest is the proxy-wasm plugin the wasmhost tests run. It is built with
-// GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared.
+// GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared, and imports no host function skewgate's plugin does not
+// import, since the host implements no other.
 //
 // The plugin configuration is a list of key=value pairs separated by ';':
 //
-//	cluster=NAME      prefix of the x-upstream-cluster header set on the simple path
-//	generation=N      value of the config_generation gauge
-//	reject=MESSAGE    refuse the configuration, logging MESSAGE at error level
-//	reject-nth=K      the K-th instance to start this configuration refuses it (counted in shared data)
-//	tick-ms=N         tick period; every tick increments the ticks counter
-//	queue=NAME        register a shared queue; every item is copied to shared data key "queue:NAME"
-//	simple-only=1     run only the simple path (one header read, one replace, one counter) for benchmarks
-//	tick-call=CLUSTER the first tick of the root sends GET /tick to CLUSTER; the response's :status (or the
-//	                  dispatch error) is stored in shared data key "tick-call"
+//	cluster=NAME           prefix of the x-upstream-cluster header set on the simple path
+//	generation=N           value of the config_generation gauge
+//	reject=MESSAGE         refuse the configuration, logging MESSAGE at error level
+//	reject-nth=K           the K-th instance to start this configuration refuses it (counted in a counter metric,
+//	                       which the host sums over its instances)
+//	simple-only=1          run only the simple path (one header read, one replace, one counter) for benchmarks
+//	configure-call=CLUSTER the root sends GET /configure to CLUSTER while it starts and logs "configure-call: "
+//	                       with the response's :status, or the dispatch error, at info level
 //
 // The x-test-op request header selects what a request exercises; without it the simple path runs. Every stream
 // that ends increments the streams_done counter (except with simple-only).
 package main
 
 import (
-	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -46,13 +45,8 @@ type pluginContext struct {
 	types.DefaultPluginContext
 	cluster    string
 	simpleOnly bool
-	queueName  string
-	queueID    uint32
-	tickCall   string
 	requests   proxywasm.MetricCounter
-	ticks      proxywasm.MetricCounter
 	done       proxywasm.MetricCounter
-	headerLen  proxywasm.MetricHistogram
 }
 
 func parseConfig(data []byte) map[string]string {
@@ -83,79 +77,36 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	p.cluster = cfg["cluster"]
 	p.simpleOnly = cfg["simple-only"] == "1"
 	p.requests = proxywasm.DefineCounterMetric("guest.requests")
-	p.ticks = proxywasm.DefineCounterMetric("guest.ticks")
 	p.done = proxywasm.DefineCounterMetric("guest.streams_done")
-	p.tickCall = cfg["tick-call"]
-	p.headerLen = proxywasm.DefineHistogramMetric("guest.header_count")
 	generation := proxywasm.DefineGaugeMetric("guest.config_generation")
 	if g, err := strconv.ParseInt(cfg["generation"], 10, 64); err == nil {
 		generation.Add(g - generation.Value())
 	}
-	if ms, err := strconv.Atoi(cfg["tick-ms"]); err == nil {
-		if err := proxywasm.SetTickPeriodMilliSeconds(uint32(ms)); err != nil {
-			proxywasm.LogErrorf("set tick period: %v", err)
-			return types.OnPluginStartStatusFailed
-		}
-	}
-	if name := cfg["queue"]; name != "" {
-		id, err := proxywasm.RegisterSharedQueue(name)
-		if err != nil {
-			proxywasm.LogErrorf("register queue: %v", err)
-			return types.OnPluginStartStatusFailed
-		}
-		p.queueName, p.queueID = name, id
+	if cluster := cfg["configure-call"]; cluster != "" {
+		configureCall(cluster)
 	}
 	return types.OnPluginStartStatusOK
 }
 
 // startsCounted increments and returns the number of instances that started configuration config.
 func startsCounted(config string) string {
-	key := "starts:" + config
-	for {
-		value, cas, err := proxywasm.GetSharedData(key)
-		n := uint64(0)
-		if err == nil {
-			n = binary.LittleEndian.Uint64(value)
-		}
-		err = proxywasm.SetSharedData(key, binary.LittleEndian.AppendUint64(nil, n+1), cas)
-		if err == nil {
-			return strconv.FormatUint(n+1, 10)
-		}
-		if err != types.ErrorStatusCasMismatch {
-			panic(err)
-		}
-	}
+	starts := proxywasm.DefineCounterMetric("guest.starts:" + config)
+	starts.Increment(1)
+	return strconv.FormatUint(starts.Value(), 10)
 }
 
-func (p *pluginContext) OnTick() {
-	p.ticks.Increment(1)
-	if p.tickCall == "" {
-		return
-	}
-	cluster := p.tickCall
-	p.tickCall = ""
-	headers := [][2]string{{":method", "GET"}, {":path", "/tick"}, {":authority", "tick.local"}}
+// configureCall sends an HTTP call from the root context and logs what reaches the root.
+func configureCall(cluster string) {
+	headers := [][2]string{{":method", "GET"}, {":path", "/configure"}, {":authority", "configure.local"}}
 	_, err := proxywasm.DispatchHttpCall(cluster, headers, nil, nil, 0, func(int, int, int) {
 		status := "no response"
 		if hs, err := proxywasm.GetHttpCallResponseHeaders(); err == nil {
 			status = pairValue(hs, ":status")
 		}
-		mustNot(proxywasm.SetSharedData("tick-call", []byte(status), 0))
+		proxywasm.LogInfof("configure-call: %s", status)
 	})
 	if err != nil {
-		mustNot(proxywasm.SetSharedData("tick-call", []byte("dispatch: "+err.Error()), 0))
-	}
-}
-
-func (p *pluginContext) OnQueueReady(queueID uint32) {
-	for {
-		item, err := proxywasm.DequeueSharedQueue(queueID)
-		if err != nil {
-			return
-		}
-		if err := proxywasm.SetSharedData("queue:"+p.queueName, item, 0); err != nil {
-			proxywasm.LogErrorf("store queue item: %v", err)
-		}
+		proxywasm.LogInfof("configure-call: dispatch: %v", err)
 	}
 }
 
@@ -179,12 +130,12 @@ var garbageNext int
 // spins is global so that the "spin" loop is not optimised away.
 var spins int64
 
-func (h *httpContext) OnHttpRequestHeaders(numHeaders int, _ bool) types.Action {
+func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	if h.plugin.simpleOnly {
 		return h.simple()
 	}
-	op, err := proxywasm.GetHttpRequestHeader("x-test-op")
-	if err != nil {
+	op, ok := requestHeader("x-test-op")
+	if !ok {
 		return h.simple()
 	}
 	switch op {
@@ -192,8 +143,6 @@ func (h *httpContext) OnHttpRequestHeaders(numHeaders int, _ bool) types.Action 
 		return h.headers()
 	case "props":
 		return h.properties()
-	case "shared":
-		return h.shared()
 	case "foreign":
 		return h.foreign()
 	case "foreign-unknown":
@@ -218,14 +167,8 @@ func (h *httpContext) OnHttpRequestHeaders(numHeaders int, _ bool) types.Action 
 		for spins = 0; spins >= 0; spins++ {
 		}
 		return types.ActionContinue
-	case "enqueue":
-		id, err := proxywasm.ResolveSharedQueue("test-vm", "events")
-		mustNot(err)
-		mustNot(proxywasm.EnqueueSharedQueue(id, []byte("event-"+strconv.Itoa(int(h.id)))))
-		return types.ActionContinue
 	case "metrics":
 		h.plugin.requests.Increment(1)
-		h.plugin.headerLen.Record(uint64(numHeaders))
 		return types.ActionContinue
 	case "call":
 		h.then = requestHeaderOr("x-call-then", "respond")
@@ -234,8 +177,20 @@ func (h *httpContext) OnHttpRequestHeaders(numHeaders int, _ bool) types.Action 
 	return h.simple()
 }
 
+// requestHeader is the first value of a request header, read from the whole map as skewgate's plugin reads it.
+func requestHeader(name string) (string, bool) {
+	headers, err := proxywasm.GetHttpRequestHeaders()
+	mustNot(err)
+	for _, kv := range headers {
+		if kv[0] == name {
+			return kv[1], true
+		}
+	}
+	return "", false
+}
+
 func requestHeaderOr(name, fallback string) string {
-	if v, err := proxywasm.GetHttpRequestHeader(name); err == nil {
+	if v, ok := requestHeader(name); ok {
 		return v
 	}
 	return fallback
@@ -280,7 +235,7 @@ func (h *httpContext) onCallResponse(numHeaders, bodySize, numTrailers int) {
 		h.then = "continue"
 		h.dispatch("/again")
 	case "continue":
-		mustNot(proxywasm.AddHttpRequestHeader("x-call-summary", summary))
+		mustNot(proxywasm.ReplaceHttpRequestHeader("x-call-summary", summary))
 		mustNot(proxywasm.ResumeHttpRequest())
 	case "trap":
 		panic("deliberate trap in the HTTP call response callback")
@@ -322,8 +277,8 @@ func pairValue(kv [][2]string, name string) string {
 
 // simple is the reference plugin's path: answer 403 without x-tenant, else route by tenant.
 func (h *httpContext) simple() types.Action {
-	tenant, err := proxywasm.GetHttpRequestHeader("x-tenant")
-	if err != nil {
+	tenant, ok := requestHeader("x-tenant")
+	if !ok {
 		mustNot(proxywasm.SendHttpResponse(403, [][2]string{{"content-type", "text/plain"}}, []byte("missing x-tenant"), -1))
 		return types.ActionPause
 	}
@@ -332,24 +287,29 @@ func (h *httpContext) simple() types.Action {
 	return types.ActionContinue
 }
 
+// headers rewrites the map with set_header_map_pairs (dropping x-remove-me, adding X-Added twice and
+// x-mixed-seen with the value of X-MIXED-CASE), then replaces x-replace and records the map's size as the guest
+// first read it.
 func (h *httpContext) headers() types.Action {
-	mustNot(proxywasm.AddHttpRequestHeader("X-Added", "one"))
-	mustNot(proxywasm.AddHttpRequestHeader("x-added", "two"))
-	mustNot(proxywasm.RemoveHttpRequestHeader("x-remove-me"))
-	mustNot(proxywasm.ReplaceHttpRequestHeader("x-replace", "new"))
-	_, err := proxywasm.GetHttpRequestHeader("x-absent")
-	mustNot(proxywasm.AddHttpRequestHeader("x-absent-error", fmt.Sprint(err)))
-	mixed, err := proxywasm.GetHttpRequestHeader("X-MIXED-CASE")
-	mustNot(err)
-	mustNot(proxywasm.AddHttpRequestHeader("x-mixed-seen", mixed))
 	all, err := proxywasm.GetHttpRequestHeaders()
 	mustNot(err)
-	mustNot(proxywasm.AddHttpRequestHeader("x-header-count", strconv.Itoa(len(all))))
-	_, err = proxywasm.GetHttpResponseHeader("content-type")
-	mustNot(proxywasm.AddHttpRequestHeader("x-response-header-error", fmt.Sprint(err)))
+	var out [][2]string
+	for _, kv := range all {
+		if kv[0] != "x-remove-me" {
+			out = append(out, kv)
+		}
+	}
+	mixed, _ := requestHeader("x-mixed-case")
+	out = append(out, [2]string{"X-Added", "one"}, [2]string{"x-added", "two"}, [2]string{"X-Mixed-Seen", mixed})
+	mustNot(proxywasm.ReplaceHttpRequestHeaders(out))
+	mustNot(proxywasm.ReplaceHttpRequestHeader("X-Replace", "new"))
+	mustNot(proxywasm.ReplaceHttpRequestHeader("x-header-count", strconv.Itoa(len(all))))
+	_, err = proxywasm.GetHttpResponseHeaders()
+	mustNot(proxywasm.ReplaceHttpRequestHeader("x-response-header-error", fmt.Sprint(err)))
 	return types.ActionContinue
 }
 
+// properties adds a request header per property it reads.
 func (h *httpContext) properties() types.Action {
 	for _, path := range [][]string{
 		{"plugin_name"}, {"plugin_root_id"}, {"plugin_vm_id"}, {"source", "address"}, {"request", "protocol"},
@@ -360,24 +320,11 @@ func (h *httpContext) properties() types.Action {
 		if err != nil {
 			out = "error: " + err.Error()
 		}
-		mustNot(proxywasm.AddHttpRequestHeader("x-prop-"+strings.Join(path, "."), out))
+		mustNot(proxywasm.ReplaceHttpRequestHeader("x-prop-"+strings.Join(path, "."), out))
 	}
 	mtls, err := proxywasm.GetProperty([]string{"connection", "mtls"})
 	mustNot(err)
-	mustNot(proxywasm.AddHttpRequestHeader("x-prop-connection.mtls", fmt.Sprint(mtls)))
-	return types.ActionContinue
-}
-
-func (h *httpContext) shared() types.Action {
-	mustNot(proxywasm.SetSharedData("counter", []byte("first"), 0))
-	_, cas, err := proxywasm.GetSharedData("counter")
-	mustNot(err)
-	mustNot(proxywasm.SetSharedData("counter", []byte("value-"+strconv.Itoa(int(h.id))), cas))
-	stale := proxywasm.SetSharedData("counter", []byte("stale"), cas)
-	value, _, err := proxywasm.GetSharedData("counter")
-	mustNot(err)
-	mustNot(proxywasm.AddHttpRequestHeader("x-shared-value", string(value)))
-	mustNot(proxywasm.AddHttpRequestHeader("x-stale-cas-error", fmt.Sprint(stale)))
+	mustNot(proxywasm.ReplaceHttpRequestHeader("x-prop-connection.mtls", fmt.Sprint(mtls)))
 	return types.ActionContinue
 }
 
@@ -399,8 +346,7 @@ func (h *httpContext) foreignUnknown() types.Action {
 // gcStress reads a large header and leaves garbage behind so that the Go collector runs inside callbacks and
 // inside proxy_on_memory_allocate.
 func (h *httpContext) gcStress() types.Action {
-	big, err := proxywasm.GetHttpRequestHeader("x-big")
-	mustNot(err)
+	big, _ := requestHeader("x-big")
 	buf := make([]byte, 32<<10)
 	copy(buf, big)
 	garbage[garbageNext%len(garbage)] = buf
@@ -417,7 +363,7 @@ func (h *httpContext) OnHttpStreamDone() {
 	}
 	h.plugin.done.Increment(1)
 	// Runs from proxy_on_log: request headers are still readable, as in Envoy's access-log phase.
-	if _, err := proxywasm.GetHttpRequestHeader(":path"); err != nil {
+	if _, err := proxywasm.GetHttpRequestHeaders(); err != nil {
 		proxywasm.LogErrorf("request headers unreadable in log phase: %v", err)
 	}
 }
