@@ -31,12 +31,13 @@ all: build
 
 build: $(WASM) $(BIN)
 
-# The plugin is a Go wasip1 reactor: upstream Go, c-shared build mode. -s -w
-# drops only the name section (runtime tracebacks use pclntab), keeping the
-# module inside its 4 MiB budget.
+# The plugin is a Go wasip1 reactor: upstream Go, c-shared build mode, package
+# plugin registered by its command. -s -w drops only the name section (runtime
+# tracebacks use pclntab), keeping the module inside its 4 MiB budget;
+# plugin/plugintest.BuildModule builds the same for the tests.
 $(WASM): FORCE
 	@mkdir -p build
-	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -ldflags="-s -w" -o $(WASM) ./plugin
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -ldflags="-s -w" -o $(WASM) ./plugin/cmd/skewgate-plugin
 
 # grpcnotrace leaves out golang.org/x/net/trace, whose html/template makes the
 # linker keep every exported method of every type (9 MB); skewgate never serves

@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -92,11 +92,11 @@ var forbiddenCalls = map[string][]string{
 }
 
 // TestPluginCodeNeverWaitsSpawnsOrTouchesFiles reads the source compiled into
-// the module (plugin/ and discovery/, tests excluded): no go statements, no
-// blocking or timer calls, no file access, no channel operations, and an init()
-// that only registers the VM context.
+// the module (plugin/, its configuration, its command and discovery/, tests
+// excluded): no go statements, no blocking or timer calls, no file access, no
+// channel operations, and an init() that only registers the VM context.
 func TestPluginCodeNeverWaitsSpawnsOrTouchesFiles(t *testing.T) {
-	for _, dir := range []string{".", "../discovery"} {
+	for _, dir := range []string{".", "config", "cmd/skewgate-plugin", "../discovery"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)
@@ -198,7 +198,7 @@ func TestRequestDecisionDoesNotAllocate(t *testing.T) {
 // The module carries the decision core and the SDK, never a Kubernetes
 // library: those are the differential tests' oracles only.
 func TestPluginDependsOnNoKubernetesLibrary(t *testing.T) {
-	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", ".")
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", plugintest.ModuleCommand)
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	out, err := cmd.CombinedOutput()
 	if err != nil {

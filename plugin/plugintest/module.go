@@ -8,7 +8,7 @@ import (
 )
 
 // ModuleCommand is the package `make build` compiles into build/skewgate.wasm.
-const ModuleCommand = "github.com/skewgate/skewgate/plugin"
+const ModuleCommand = "github.com/skewgate/skewgate/plugin/cmd/skewgate-plugin"
 
 // BuildModule compiles the plugin module from the source in the tree, as
 // `make build` does (a wasip1 reactor, -trimpath, the name section stripped),

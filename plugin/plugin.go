@@ -1,15 +1,16 @@
-// Command plugin is skewgate's proxy-wasm HTTP filter. Built with upstream Go as
-// a wasip1 reactor (GOOS=wasip1 GOARCH=wasm -buildmode=c-shared), it holds a
-// discovery snapshot and decides, per request, whether to leave routing to the
-// gateway, steer to a server that serves the resource, answer the merged
-// discovery document itself (to clients an API server would answer, asked
-// through proxy_http_call), or answer 503.
+// Package plugin is skewgate's proxy-wasm HTTP filter, built by its command
+// plugin/cmd/skewgate-plugin with upstream Go as a wasip1 reactor
+// (GOOS=wasip1 GOARCH=wasm -buildmode=c-shared). It holds a discovery
+// snapshot and decides, per request, whether to leave routing to the gateway,
+// steer to a server that serves the resource, answer the merged discovery
+// document itself (to clients an API server would answer, asked through
+// proxy_http_call), or answer 503.
 //
 // It never blocks, sleeps, starts goroutines, arms runtime timers or touches
 // files: in Envoy's Wasm host a Go runtime timer kills the VM at the next GC.
 // Waiting for an HTTP call is the host's: the plugin pauses the stream and
 // resumes it from the call's callback.
-package main
+package plugin
 
 import (
 	"strconv"
@@ -42,11 +43,9 @@ var (
 	propertySHA256PeerCertificateDigest = []string{"connection", "sha256_peer_certificate_digest"}
 )
 
-func main() {}
-
-func init() {
-	proxywasm.SetVMContext(&vmContext{})
-}
+// NewVMContext is the plugin's VM context, which the module's command
+// registers with the SDK.
+func NewVMContext() types.VMContext { return &vmContext{} }
 
 type vmContext struct {
 	types.DefaultVMContext
