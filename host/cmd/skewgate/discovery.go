@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,29 +11,26 @@ import (
 	"strings"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/host/internal/cmdline"
 )
 
 // runDiscoveryMerge prints the document upstream's peer-aggregated discovery
 // would serve for the given servers' own documents, then its ETag on stderr
 // (so that stdout stays the document).
 func runDiscoveryMerge(args []string, stdout, stderr io.Writer) error {
-	var ids stringList
+	var ids []string
 	var snapshotFile string
 	var core bool
-	fs := flag.NewFlagSet("skewgate discovery merge", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: skewgate discovery merge [--id ID]... FILE...\n"+
-			"       skewgate discovery merge --snapshot FILE [--core]\n\n"+
-			"Merges API servers' own aggregated discovery documents (GET /apis or /api with profile=nopeer),\n"+
+	fs := cmdline.NewFlagSet("skewgate discovery merge",
+		"skewgate discovery merge [--id ID]... FILE...\n"+
+			"skewgate discovery merge --snapshot FILE [--core]",
+		"Merges API servers' own aggregated discovery documents (GET /apis or /api with profile=nopeer),\n"+
 			"one file per server, as upstream's peer-aggregated discovery does; the lowest server ID counts as\n"+
-			"the local server. Prints the merged document and, on stderr, its ETag.\n\n")
-		fs.PrintDefaults()
-	}
-	fs.Var(&ids, "id", "server ID of the next FILE, in order (repeatable; default: the file name without extension)")
+			"the local server. Prints the merged document and, on stderr, its ETag.", stderr)
+	fs.StringArrayVar(&ids, "id", nil, "server ID of a FILE, the first --id naming the first FILE and so on (repeatable; default: the file name without extension)")
 	fs.StringVar(&snapshotFile, "snapshot", "", "merge the servers of this snapshot (skewgate's /debug/snapshot) instead of files")
 	fs.BoolVar(&core, "core", false, "with --snapshot: merge /api instead of /apis")
-	if err := parseFlags(fs, args, true); err != nil {
+	if err := cmdline.Parse(fs, args, true); err != nil {
 		return err
 	}
 	var doc discovery.Document
@@ -42,7 +38,7 @@ func runDiscoveryMerge(args []string, stdout, stderr io.Writer) error {
 	case snapshotFile != "":
 		if fs.NArg() > 0 || len(ids) > 0 {
 			fs.Usage()
-			return errUsage
+			return cmdline.ErrUsage
 		}
 		var err error
 		if doc, err = mergeSnapshot(snapshotFile, core); err != nil {
@@ -50,7 +46,7 @@ func runDiscoveryMerge(args []string, stdout, stderr io.Writer) error {
 		}
 	case fs.NArg() == 0:
 		fs.Usage()
-		return errUsage
+		return cmdline.ErrUsage
 	default:
 		if core {
 			return errors.New("--core applies to --snapshot; with files, /api documents are recognised by their content")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/host/internal/cmdline"
 	"github.com/skewgate/skewgate/host/internal/controller"
 	"github.com/skewgate/skewgate/host/internal/envoyconfig"
 	"github.com/skewgate/skewgate/host/internal/serve"
@@ -22,23 +22,19 @@ import (
 // file (--envoy-ecds-file) fits the bootstrap.
 func runEnvoyConfig(args []string, stdout, stderr io.Writer) error {
 	var spec envoyconfig.Spec
-	var apiServers stringList
+	var apiServers []string
 	var identityMode, ecdsFile, snapshotFile, xdsAddress string
 	var xds envoyconfig.XDSSource
 	var ecdsResource bool
 	var port, adminPort uint
-	fs := flag.NewFlagSet("skewgate envoy config", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: skewgate envoy config --apiserver URL... [flags] (--envoy-ecds-file PATH | --xds-address HOST:PORT | --snapshot FILE)\n\n"+
-			"Prints an Envoy bootstrap that runs the skewgate plugin in front of the API servers. With\n"+
+	fs := cmdline.NewFlagSet("skewgate envoy config",
+		"skewgate envoy config --apiserver URL... [flags] (--envoy-ecds-file PATH | --xds-address HOST:PORT | --snapshot FILE)",
+		"Prints an Envoy bootstrap that runs the skewgate plugin in front of the API servers. With\n"+
 			"--envoy-ecds-file the plugin configuration comes from that file (written by skewgate serve);\n"+
 			"with --xds-address from skewgate serve's management server (--xds-bind-address) over gRPC;\n"+
 			"with --snapshot it is inline. --ecds-resource prints the ECDS resource for --snapshot instead.\n"+
-			"File paths are paths on the Envoy host and must be absolute.\n\n")
-		fs.PrintDefaults()
-	}
-	fs.Var(&apiServers, "apiserver", "API server URL https://host:port (repeatable)")
+			"File paths are paths on the Envoy host and must be absolute.", stderr)
+	fs.StringArrayVar(&apiServers, "apiserver", nil, "API server URL https://host:port (repeatable)")
 	fs.StringVar(&spec.ListenAddress, "bind-address", "0.0.0.0", "IP address Envoy listens on")
 	fs.UintVar(&port, "secure-port", 6443, "port Envoy serves HTTPS on")
 	fs.UintVar(&adminPort, "admin-port", 9901, "Envoy admin port (127.0.0.1 only)")
@@ -59,7 +55,7 @@ func runEnvoyConfig(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&xds.ClientCertPath, "xds-client-cert-file", "", "client certificate Envoy presents to the management server")
 	fs.StringVar(&xds.ClientKeyPath, "xds-client-key-file", "", "the xDS client certificate's private key")
 	fs.BoolVar(&xds.ADS, "xds-ads", false, "subscribe through the aggregated discovery stream (ADS)")
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := cmdline.Parse(fs, args, false); err != nil {
 		return err
 	}
 	if sources := countSet(ecdsFile, snapshotFile, xdsAddress); sources != 1 && !ecdsResource {

@@ -12,14 +12,16 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/skewgate/skewgate/host/internal/cmdline"
 )
 
 func main() {
@@ -32,7 +34,7 @@ const usage = `Usage:
   skewgate envoy config [flags]       render an Envoy configuration for the plugin
   skewgate version                    print the build's version
 
-Run "skewgate COMMAND -h" for a command's flags.
+Run "skewgate COMMAND --help" for a command's flags.
 `
 
 // exitUsage is the exit code for a command-line mistake.
@@ -62,67 +64,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case err == nil:
 		return 0
-	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, pflag.ErrHelp):
 		return 0
-	case errors.Is(err, errUsage):
+	case errors.Is(err, cmdline.ErrUsage):
 		return exitUsage
 	}
 	fmt.Fprintf(stderr, "skewgate: %v\n", err)
 	return 1
-}
-
-// errUsage marks a command-line mistake that the flag set already reported.
-var errUsage = errors.New("usage")
-
-// parseFlags parses args, turning a flag error into errUsage (the flag set has
-// printed it) and rejecting stray arguments when positional is false.
-func parseFlags(fs *flag.FlagSet, args []string, positional bool) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	if !positional && fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
-		return errUsage
-	}
-	return nil
-}
-
-// stringList is a repeatable flag.
-type stringList []string
-
-func (l *stringList) String() string { return strings.Join(*l, ",") }
-
-func (l *stringList) Set(v string) error {
-	*l = append(*l, v)
-	return nil
-}
-
-// logFlags are the logging flags every long-running command has.
-type logFlags struct {
-	format, level string
-}
-
-func (l *logFlags) register(fs *flag.FlagSet, defaultLevel string) {
-	fs.StringVar(&l.format, "log-format", "text", "log format: text or json")
-	fs.StringVar(&l.level, "log-level", defaultLevel, "minimum log level: debug, info, warn or error")
-}
-
-func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(l.level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	switch l.format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return nil, fmt.Errorf("--log-format %q: must be text or json", l.format)
 }
 
 // versionString names the build: module version, VCS revision, Go version

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -245,5 +246,137 @@ func TestServeRefusesNegativeDurationsNamingTheFlag(t *testing.T) {
 				t.Errorf("exit %d, %q; want an error naming %s", code, stderr, flag)
 			}
 		})
+	}
+}
+
+// serveBase is a serve command line whose every flag is valid; the gateway
+// then fails only reading the missing module.
+var serveBase = []string{"serve", "--tls-cert-file=c", "--tls-private-key-file=k", "--peer-ca-file=ca",
+	"--apiserver=https://10.0.0.1:6443", "--kubeconfig=kubeconfig", "--wasm=missing.wasm"}
+
+func TestServeRefusesEveryBadFlagValueAtStartNamingTheFlag(t *testing.T) {
+	if code, _, stderr := runCLI(t, serveBase...); code != 1 || !strings.Contains(stderr, "plugin module") {
+		t.Fatalf("the valid base command line: exit %d, %q; want only the module missing", code, stderr)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"negative retry after", []string{"--retry-after-seconds=-1"}, 1, "--retry-after-seconds -1: must be an integer from 1 to 3600"},
+		{"retry after over an hour", []string{"--retry-after-seconds=3601"}, 1, "--retry-after-seconds 3601: must be an integer from 1 to 3600"},
+		{"retry after not a number", []string{"--retry-after-seconds=soon"}, exitUsage, `invalid argument "soon" for "--retry-after-seconds"`},
+		{"upper-case routing header", []string{"--routing-header=X-Upper"}, 1, `--routing-header "X-Upper": not a lower-case HTTP header name`},
+		{"pseudo-header as routing header", []string{"--routing-header=:authority"}, 1, `--routing-header ":authority": not a lower-case HTTP header name`},
+		{"identity header as routing header", []string{"--routing-header=x-remote-user"}, 1, `--routing-header "x-remote-user": reserved by the plugin`},
+		{"peer-proxied header as routing header", []string{"--routing-header=x-kubernetes-peer-proxied"}, 1, `--routing-header "x-kubernetes-peer-proxied": reserved by the plugin`},
+		{"misspelt identity mode", []string{"--identity-mode=frontproxy"}, 1, `--identity-mode "frontproxy": must be "passthrough" or "front-proxy"`},
+		{"upper-case identity mode", []string{"--identity-mode=Passthrough"}, 1, `--identity-mode "Passthrough": must be "passthrough" or "front-proxy"`},
+		{"front-proxy without its certificate", []string{"--identity-mode=front-proxy", "--client-ca-file=ca"}, 1, "--identity-mode=front-proxy needs --proxy-client-cert-file and --proxy-client-key-file"},
+		{"front-proxy without a client CA", []string{"--identity-mode=front-proxy", "--proxy-client-cert-file=p", "--proxy-client-key-file=k"}, 1, "--identity-mode=front-proxy needs --client-ca-file"},
+		{"no controller credentials", []string{"--kubeconfig="}, 1, "no credentials for the API servers: give --proxy-client-cert-file and --proxy-client-key-file, or --kubeconfig"},
+		{"half a proxy key pair", []string{"--proxy-client-cert-file=p"}, 1, "--proxy-client-cert-file and --proxy-client-key-file go together"},
+		{"fractional authorization cache", []string{"--discovery-authorization-cache=1500ms"}, 1, "--discovery-authorization-cache 1.5s: must be whole seconds, at most 5m0s"},
+		{"authorization cache too long", []string{"--discovery-authorization-cache=6m"}, 1, "--discovery-authorization-cache 6m0s: must be whole seconds, at most 5m0s"},
+		{"duration without a unit", []string{"--poll-interval=5"}, exitUsage, `invalid argument "5" for "--poll-interval"`},
+		{"plain-http API server", []string{"--apiserver=http://10.0.0.2:6443"}, 1, `--apiserver "http://10.0.0.2:6443": must be an https:// URL`},
+		{"API server with a path", []string{"--apiserver=https://10.0.0.2:6443/api"}, 1, `--apiserver "https://10.0.0.2:6443/api": must be https://host:port with nothing after the port`},
+		{"API server with credentials", []string{"--apiserver=https://admin@10.0.0.2:6443"}, 1, `--apiserver "https://admin@10.0.0.2:6443": must be https://host:port`},
+		{"API server that is no DNS name", []string{"--apiserver=https://kube_b:6443"}, 1, `--apiserver "https://kube_b:6443": host "kube_b" is neither an IP address nor a DNS name`},
+		{"API server on port zero", []string{"--apiserver=https://10.0.0.2:0"}, 1, `--apiserver "https://10.0.0.2:0": port must be 1 to 65535`},
+		{"API server listed twice", []string{"--apiserver=https://10.0.0.1:6443/"}, 1, `--apiserver "https://10.0.0.1:6443/": listed twice (as 10.0.0.1:6443)`},
+		{"local API server over http", []string{"--local-apiserver=http://10.0.0.2:6443", "--bind-address=127.0.0.1"}, 1, `--local-apiserver "http://10.0.0.2:6443": must be an https:// URL`},
+		{"node-local on a public address", []string{"--local-apiserver=https://10.0.0.2:6443", "--bind-address=0.0.0.0"}, 1, "--bind-address 0.0.0.0: node-local mode"},
+		{"secure port out of range", []string{"--secure-port=70000"}, 1, "--secure-port 70000: must be 0 to 65535"},
+		{"metrics address without a port", []string{"--metrics-bind-address=127.0.0.1"}, 1, `--metrics-bind-address "127.0.0.1": must be host:port`},
+		{"xDS without a client CA", []string{"--xds-bind-address=127.0.0.1:0", "--envoy-wasm-path=/skewgate.wasm"}, 1, "--xds-bind-address needs --xds-client-ca-file"},
+		{"bad log level", []string{"--log-level=loud"}, 1, "--log-level"},
+		{"bad log format", []string{"--log-format=xml"}, 1, `--log-format "xml": must be text or json`},
+		{"unknown flag", []string{"--retry-after=5"}, exitUsage, "unknown flag: --retry-after"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, append(slices.Clone(serveBase), tc.args...)...)
+			if code != tc.code || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, %q; want exit %d and an error containing %s", code, stderr, tc.code, tc.want)
+			}
+			for _, goAPI := range []string{"controller:", "gateway:", "configuration:", "Options", "RESTConfig"} {
+				if strings.Contains(stderr, goAPI) {
+					t.Errorf("the error speaks of %q, not of flags: %s", goAPI, stderr)
+				}
+			}
+		})
+	}
+}
+
+func TestEnvoyConfigRefusesBadFlagValuesNamingTheFlag(t *testing.T) {
+	base := []string{"envoy", "config", "--tls-cert-file", "/tls/serving.crt", "--tls-private-key-file", "/tls/serving.key",
+		"--peer-ca-file", "/tls/cluster-ca.crt", "--envoy-ecds-file", "/ecds/skewgate.yaml"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"misspelt identity mode", []string{"--apiserver", "https://10.0.0.11:6443", "--identity-mode", "frontproxy"}, `--identity-mode "frontproxy": must be "passthrough" or "front-proxy"`},
+		{"plain-http API server", []string{"--apiserver", "http://10.0.0.11:6443"}, `--apiserver "http://10.0.0.11:6443": must be an https:// URL`},
+		{"API server with a fragment", []string{"--apiserver", "https://10.0.0.11:6443#x"}, `--apiserver "https://10.0.0.11:6443#x": must be https://host:port with nothing after the port`},
+		{"API server on an unspecified address", []string{"--apiserver", "https://0.0.0.0:6443"}, `--apiserver "https://0.0.0.0:6443": 0.0.0.0 is not a unicast address`},
+		{"API server listed twice", []string{"--apiserver", "https://10.0.0.11:6443", "--apiserver", "https://10.0.0.11:6443/"}, `--apiserver "https://10.0.0.11:6443/": listed twice`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, append(slices.Clone(base), tc.args...)...)
+			if code != 1 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, %q; want exit 1 and an error containing %s", code, stderr, tc.want)
+			}
+		})
+	}
+}
+
+func TestHelpListsEveryFlagWithTwoDashesAndExitsCleanly(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"serve", "--help"}, []string{"Usage:\n  skewgate serve [flags]", "      --grace-period duration", "--apiserver stringArray", `(default "x-skewgate-upstream")`, "--retry-after-seconds int", "(default 5)"}},
+		{[]string{"serve", "-h"}, []string{"Usage:\n  skewgate serve [flags]", "      --grace-period duration"}},
+		{[]string{"envoy", "config", "--help"}, []string{"skewgate envoy config --apiserver URL...", "--xds-ads", `--identity-mode string`}},
+		{[]string{"discovery", "merge", "-h"}, []string{"skewgate discovery merge [--id ID]... FILE...\n  skewgate discovery merge --snapshot FILE [--core]", "--id stringArray"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, tc.args...)
+			if code != 0 || stdout != "" {
+				t.Errorf("exit %d with output %q; want exit 0 and the help on stderr", code, stdout)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("help lacks %q:\n%s", w, stderr)
+				}
+			}
+			for line := range strings.Lines(stderr) {
+				if f := strings.TrimSpace(line); strings.HasPrefix(f, "-") && !strings.HasPrefix(f, "--") {
+					t.Errorf("a flag with one dash: %q", line)
+				}
+			}
+		})
+	}
+}
+
+// Flags may follow positional arguments, as in Kubernetes' commands.
+func TestFlagsAfterPositionalArgumentsCount(t *testing.T) {
+	dir := t.TempDir()
+	groups := map[string][]string{"/v1": {"pods"}, "apps/v1": {"deployments"}}
+	a, b := filepath.Join(dir, "a.json"), filepath.Join(dir, "sub-a.json")
+	for _, p := range []string{a, b} {
+		if err := os.WriteFile(p, discoverytest.GroupListJSON(groups, false), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, first, _ := runCLI(t, "discovery", "merge", "--id", "one", "--id", "two", a, b)
+	code, after, stderr := runCLI(t, "discovery", "merge", a, b, "--id", "one", "--id", "two")
+	if code != 0 || after != first || first == "" {
+		t.Errorf("flags after the files: exit %d, %s; want the document the flags before them give", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, "serve", "--tls-cert-file=c", "stray", "--peer-ca-file=ca"); code != exitUsage || !strings.Contains(stderr, "unexpected arguments: stray") {
+		t.Errorf("a stray argument between flags: exit %d, %q", code, stderr)
 	}
 }

@@ -2,25 +2,27 @@ package main
 
 import (
 	"context"
-	"flag"
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
+	"github.com/skewgate/skewgate/host/internal/cmdline"
 	"github.com/skewgate/skewgate/host/internal/controller"
 	"github.com/skewgate/skewgate/host/internal/gateway"
 	"github.com/skewgate/skewgate/host/internal/serve"
+	"github.com/skewgate/skewgate/plugin/config"
 )
 
 // runServe runs the gateway until SIGINT or SIGTERM. Flag names follow
 // kube-apiserver's where the meaning is the same.
 func runServe(args []string, stderr io.Writer) error {
 	var cfg serve.Config
-	var logs logFlags
-	var apiServers stringList
-	fs := flag.NewFlagSet("skewgate serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	var logs cmdline.LogFlags
+	fs := cmdline.NewFlagSet("skewgate serve", "skewgate serve [flags]",
+		"Runs the gateway in front of the API servers: it polls every server's discovery, runs the plugin on each request\n"+
+			"and proxies to the server the plugin chose.", stderr)
 	fs.StringVar(&cfg.BindAddress, "bind-address", "", "IP address the gateway listens on (default "+serve.DefaultBindAddress+"; "+serve.DefaultNodeLocalBindAddress+" in node-local mode, which allows only loopback)")
 	fs.IntVar(&cfg.SecurePort, "secure-port", serve.DefaultSecurePort, "port the gateway serves HTTPS on")
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert-file", "", "the gateway's serving certificate (PEM); reloaded when the file changes")
@@ -31,9 +33,9 @@ func runServe(args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.ProxyClientCertFile, "proxy-client-cert-file", "", "front-proxy client certificate: the controller authenticates with it, and in front-proxy identity mode the gateway presents it on requests whose identity it asserts; reloaded when the file changes")
 	fs.StringVar(&cfg.ProxyClientKeyFile, "proxy-client-key-file", "", "the front-proxy client certificate's private key")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig for discovering API servers from identity leases and the kubernetes Service")
-	fs.Var(&apiServers, "apiserver", "API server URL https://host:port (repeatable)")
+	fs.StringArrayVar(&cfg.APIServers, "apiserver", nil, "API server URL https://host:port (repeatable)")
 	fs.StringVar(&cfg.LocalAPIServer, "local-apiserver", "", "node-local mode: URL of this node's own API server, which takes every request it can serve while it is healthy")
-	fs.StringVar(&cfg.IdentityMode, "identity-mode", serve.IdentityPassthrough, "passthrough (forward credentials) or front-proxy (assert verified client certificates as X-Remote-* headers)")
+	fs.StringVar(&cfg.IdentityMode, "identity-mode", string(config.DefaultIdentityMode), "passthrough (forward credentials) or front-proxy (assert verified client certificates as X-Remote-* headers)")
 	fs.StringVar(&cfg.MetricsBindAddress, "metrics-bind-address", serve.DefaultMetricsBindAddress, "host:port for /metrics, /healthz, /readyz, /debug/snapshot and the status page (plain HTTP)")
 	fs.StringVar(&cfg.EnvoyECDSFile, "envoy-ecds-file", "", "also write every accepted plugin configuration to this Envoy ECDS file (atomically)")
 	fs.StringVar(&cfg.EnvoyWasmPath, "envoy-wasm-path", "", "plugin module path Envoy loads, written into the ECDS file and served over xDS (default for the ECDS file: the absolute --wasm path; required with --xds-bind-address)")
@@ -42,9 +44,9 @@ func runServe(args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.XDSTLSPrivateKeyFile, "xds-tls-private-key-file", "", "the xDS serving certificate's private key (PEM; default: --tls-private-key-file)")
 	fs.StringVar(&cfg.XDSClientCAFile, "xds-client-ca-file", "", "CA certificates that must have signed the client certificate every Envoy presents to the xDS server (required with --xds-bind-address); reloaded when the file changes")
 	fs.StringVar(&cfg.WasmPath, "wasm", "", "plugin module (default: skewgate.wasm next to the binary, ../build/skewgate.wasm from it, or build/skewgate.wasm)")
-	fs.StringVar(&cfg.RoutingHeader, "routing-header", "", "internal header carrying the chosen upstream (default x-skewgate-upstream)")
-	fs.IntVar(&cfg.RetryAfterSeconds, "retry-after-seconds", 0, "Retry-After announced with 503 answers (default 5)")
-	fs.DurationVar(&cfg.DiscoveryAuthorizationCache, "discovery-authorization-cache", serve.DefaultDiscoveryAuthorizationCache, "how long an API server's answer to whether a credential may read merged discovery is reused (whole seconds, at most 5m)")
+	fs.StringVar(&cfg.RoutingHeader, "routing-header", config.DefaultRoutingHeader, "internal header carrying the chosen upstream (a lower-case header name the plugin does not own)")
+	fs.IntVar(&cfg.RetryAfterSeconds, "retry-after-seconds", config.DefaultRetryAfterSeconds, "Retry-After announced with 503 answers (1 to "+strconv.Itoa(config.MaxRetryAfterSeconds)+")")
+	fs.DurationVar(&cfg.DiscoveryAuthorizationCache, "discovery-authorization-cache", serve.DefaultDiscoveryAuthorizationCache, "how long an API server's answer to whether a credential may read merged discovery is reused (whole seconds, at most "+serve.MaxDiscoveryAuthorizationCache.String()+")")
 	fs.DurationVar(&cfg.PollInterval, "poll-interval", controller.DefaultPollInterval, "how often every API server's discovery documents are refreshed")
 	fs.DurationVar(&cfg.ReadinessInterval, "readiness-interval", controller.DefaultReadinessInterval, "how often every API server's /readyz is probed between polls (at most --poll-interval)")
 	fs.DurationVar(&cfg.GracePeriod, "grace-period", controller.DefaultGracePeriod, "how long an unreachable API server stays in discovery")
@@ -54,12 +56,11 @@ func runServe(args []string, stderr io.Writer) error {
 	fs.DurationVar(&cfg.PluginCallTimeout, "plugin-call-timeout", serve.DefaultPluginCallTimeout, "longest a plugin callback may run; an overrunning plugin VM is replaced")
 	fs.DurationVar(&cfg.ShutdownDelay, "shutdown-delay-duration", 0, "after SIGTERM, how long /readyz fails while both listeners keep serving, so that load balancers move away before the gateway stops accepting")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", serve.DefaultShutdownTimeout, "how long in-flight requests may finish once the listeners stop accepting; longer ones (watches) are then cut")
-	logs.register(fs, "info")
-	if err := parseFlags(fs, args, false); err != nil {
+	logs.Register(fs, "info")
+	if err := cmdline.Parse(fs, args, false); err != nil {
 		return err
 	}
-	cfg.APIServers = apiServers
-	logger, err := logs.logger(os.Stderr)
+	logger, err := logs.Logger(os.Stderr)
 	if err != nil {
 		return err
 	}
