@@ -10,15 +10,15 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
+	"github.com/spf13/pflag"
+
+	"github.com/skewgate/skewgate/host/internal/cmdline"
 	"github.com/skewgate/skewgate/host/internal/demo"
 )
 
@@ -36,9 +36,11 @@ const exitUsage = 2
 // comparison and keeps running until ctx ends.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var opts demo.Options
-	var fixtures, logFormat, logLevel string
-	fs := flag.NewFlagSet("skewgate-demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	var fixtures string
+	var logs cmdline.LogFlags
+	fs := cmdline.NewFlagSet("skewgate-demo", "skewgate-demo [flags]",
+		"Runs three fake API servers of a rolling upgrade, a plain round-robin proxy and skewgate in front of\n"+
+			"them, sends the same scripted requests through both and reports each one's false-404 rate.", stderr)
 	fs.IntVar(&opts.Requests, "requests", 300, "scripted requests sent through each proxy")
 	fs.BoolVar(&opts.ExitAfterReport, "exit-after-report", false, "stop once the report is printed")
 	fs.StringVar(&opts.WasmPath, "wasm", "", "plugin module (default: as for skewgate serve)")
@@ -46,22 +48,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.GatewayAddress, "listen", "127.0.0.1:0", "host:port skewgate's gateway listens on")
 	fs.StringVar(&opts.MetricsAddress, "metrics-listen", "127.0.0.1:0", "host:port of skewgate's status page and metrics")
 	fs.StringVar(&opts.CompilationCacheDir, "compilation-cache-dir", "", "directory caching the compiled plugin across runs")
-	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&logLevel, "log-level", "warn", "minimum log level: debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	logs.Register(fs, "warn")
+	if err := cmdline.Parse(fs, args, false); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
 		return exitUsage
 	}
 	if fixtures != "" {
 		opts.Source = demo.FixtureSource(os.DirFS(fixtures))
 	}
-	logger, err := newLogger(stderr, logFormat, logLevel)
+	logger, err := logs.Logger(stderr)
 	if err == nil {
 		opts.Logger, opts.Out = logger, stdout
 		_, err = demo.Run(ctx, opts)
@@ -71,19 +68,4 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	opts := &slog.HandlerOptions{Level: l}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return nil, fmt.Errorf("--log-format %q: must be text or json", format)
 }
