@@ -9,16 +9,16 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/spf13/pflag"
 
+	"github.com/skewgate/skewgate/host/internal/cmdline"
 	"github.com/skewgate/skewgate/host/internal/wasmoci"
 )
 
@@ -27,8 +27,8 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-	case errors.Is(err, errUsage):
+	case err == nil, errors.Is(err, pflag.ErrHelp):
+	case errors.Is(err, cmdline.ErrUsage):
 		os.Exit(2)
 	default:
 		fmt.Fprintf(os.Stderr, "wasmoci: %v\n", err)
@@ -36,32 +36,18 @@ func main() {
 	}
 }
 
-// errUsage marks a command-line mistake the flag set has already reported.
-var errUsage = errors.New("usage")
-
-type fileList []string
-
-func (l *fileList) String() string     { return strings.Join(*l, ",") }
-func (l *fileList) Set(v string) error { *l = append(*l, v); return nil }
-
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("wasmoci", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cmdline.NewFlagSet("wasmoci", "wasmoci --wasm build/skewgate.wasm [--layout DIR] [--push REPO[:TAG]] [--manifest FILE]...",
+		"Packs the plugin module as a Wasm OCI image, prints its digest, and optionally writes it as an OCI image\n"+
+			"layout, pushes it, and pins the digest in Kubernetes manifests.", stderr)
 	wasmPath := fs.String("wasm", "", "plugin module to pack (required)")
 	layoutDir := fs.String("layout", "", "write the image as the only one of an OCI image layout in this directory, replacing the layout there")
 	pushRef := fs.String("push", "", "push the image to this repository, e.g. HOST:PORT/skewgate/skewgate-wasm:v0.1.0 (credentials from the Docker config)")
-	var manifests fileList
-	fs.Var(&manifests, "manifest", "set the digest of this manifest's single image reference (…@sha256:…) to the image's (repeatable)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	manifests := fs.StringArray("manifest", nil, "set the digest of this manifest's single image reference (…@sha256:…) to the image's (repeatable)")
+	if err := cmdline.Parse(fs, args, false); err != nil {
+		return err
 	}
-	switch {
-	case fs.NArg() > 0:
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	case *wasmPath == "":
+	if *wasmPath == "" {
 		return errors.New("--wasm is required")
 	}
 
@@ -85,7 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "wrote OCI image layout %s (image %s)\n", *layoutDir, wasmoci.LayoutRefName)
 	}
-	for _, path := range manifests {
+	for _, path := range *manifests {
 		before, err := os.ReadFile(path)
 		if err != nil {
 			return fmt.Errorf("--manifest: %w", err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 
+	"github.com/skewgate/skewgate/host/internal/cmdline"
 	"github.com/skewgate/skewgate/host/internal/wasmoci"
 )
 
@@ -97,7 +98,7 @@ func TestRunRejectsBadInputNamingTheFlag(t *testing.T) {
 
 func TestRunReportsAnUnknownFlagAsUsage(t *testing.T) {
 	var out bytes.Buffer
-	if err := run(t.Context(), []string{"--no-such-flag"}, &out, &out); !errors.Is(err, errUsage) {
+	if err := run(t.Context(), []string{"--no-such-flag"}, &out, &out); !errors.Is(err, cmdline.ErrUsage) {
 		t.Errorf("error %v, want the usage error", err)
 	}
 	if !strings.Contains(out.String(), "-wasm") {
