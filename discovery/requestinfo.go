@@ -46,16 +46,6 @@ type RequestInfo struct {
 	partsPath string
 }
 
-// Parts returns the path segments from the resource onwards
-// ({resource}/{name}/{subresource}/...), as upstream's RequestInfo.Parts; it is
-// nil for non-resource requests and when parsing failed.
-func (r *RequestInfo) Parts() []string {
-	if r.partsPath == "" {
-		return nil
-	}
-	return strings.Split(r.partsPath, "/")
-}
-
 // maxQueryParams is net/url's default limit on query parameters: beyond it
 // url.ParseQuery yields no values at all, so the API server sees an empty query.
 const maxQueryParams = 10000

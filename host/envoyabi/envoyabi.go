@@ -3,12 +3,11 @@
 // that registers it and whether it may be called while the VM starts (`_initialize`).
 //
 // The table is embedded from envoy-host-imports.tsv. It serves two purposes: a plugin test checks that a built
-// module imports nothing Envoy would refuse to link, and skewgate's own Wasm host links exactly this set so that a
-// plugin behaves the same in both places.
+// module imports nothing Envoy would refuse to link, and skewgate's own Wasm host refuses what Envoy would and
+// applies Envoy's restricted phases to what it links, so that a plugin behaves the same in both places.
 package envoyabi
 
 import (
-	"context"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 )
 
@@ -183,9 +181,6 @@ func (i Import) SameSignature(params, results []api.ValueType) bool {
 
 var table = mustParseTable(importsTSV)
 
-// Table returns every host function cpp-host registers, in the table's order. The caller owns the slice.
-func Table() []Import { return slices.Clone(table) }
-
 // ProvidedBy returns the functions Envoy release envoy links for a module declaring abi.
 func ProvidedBy(envoy Version, abi string) []Import {
 	var out []Import
@@ -219,23 +214,6 @@ func CheckImports(envoy Version, abi string, imported []api.FunctionDefinition) 
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// CheckModule compiles a proxy-wasm module and reports whether Envoy release envoy would link it: the module must
-// declare an ABI known to Envoy and import nothing (by name and signature) that Envoy does not provide for it.
-func CheckModule(ctx context.Context, wasm []byte, envoy Version) error {
-	// The interpreter compiles fastest; only the module's import and export sections matter here.
-	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
-	defer r.Close(ctx)
-	compiled, err := r.CompileModule(ctx, wasm)
-	if err != nil {
-		return fmt.Errorf("Failed to load Wasm code: %w", err)
-	}
-	abi, ok := DeclaredABI(compiled.ExportedFunctions())
-	if !ok {
-		return ErrUnknownABI
-	}
-	return CheckImports(envoy, abi, compiled.ImportedFunctions())
 }
 
 // FormatSignature renders a function type as "(i32,i64)->(i32)".

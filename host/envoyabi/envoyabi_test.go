@@ -2,10 +2,12 @@ package envoyabi
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 )
 
@@ -55,8 +57,8 @@ func TestEmbeddedTableIsTheReferenceCopy(t *testing.T) {
 	if string(data) != importsTSV {
 		t.Fatal("embedded table differs from envoy-host-imports.tsv")
 	}
-	if len(Table()) != strings.Count(importsTSV, "\n")-1 {
-		t.Fatalf("Table() has %d rows, file has %d", len(Table()), strings.Count(importsTSV, "\n")-1)
+	if len(table) != strings.Count(importsTSV, "\n")-1 {
+		t.Fatalf("table has %d rows, file has %d", len(table), strings.Count(importsTSV, "\n")-1)
 	}
 }
 
@@ -71,7 +73,7 @@ func TestSignaturesParseIntoWazeroTypes(t *testing.T) {
 		"wasi_snapshot_preview1.proc_exit":      "(i32)->()",
 		"wasi_snapshot_preview1.sched_yield":    "()->(i32)",
 	}
-	for _, imp := range Table() {
+	for _, imp := range table {
 		sig, ok := want[imp.QualifiedName()]
 		if !ok {
 			continue
@@ -84,7 +86,7 @@ func TestSignaturesParseIntoWazeroTypes(t *testing.T) {
 	for name := range want {
 		t.Errorf("%s missing from table", name)
 	}
-	imp := Table()[0]
+	imp := table[0]
 	for _, typ := range append(imp.Params, imp.Results...) {
 		if typ != api.ValueTypeI32 && typ != api.ValueTypeI64 {
 			t.Errorf("unexpected value type %v", typ)
@@ -119,7 +121,7 @@ func TestABIDependentFunctions(t *testing.T) {
 
 func find(t *testing.T, ns, name string) Import {
 	t.Helper()
-	for _, imp := range Table() {
+	for _, imp := range table {
 		if imp.Namespace == ns && imp.Name == name {
 			return imp
 		}
@@ -164,7 +166,7 @@ func TestMallocAllowList(t *testing.T) {
 		allowed133[ns+".fd_write"] = true
 		allowed133[ns+".clock_time_get"] = true
 	}
-	for _, imp := range Table() {
+	for _, imp := range table {
 		if got := imp.AllowedDuringMalloc(Envoy133); got != allowed133[imp.QualifiedName()] {
 			t.Errorf("%s AllowedDuringMalloc(1.33) = %v", imp.QualifiedName(), got)
 		}
@@ -310,6 +312,23 @@ func TestParseTableRejectsMalformedRows(t *testing.T) {
 	}
 }
 
+// checkModule compiles a proxy-wasm module and reports whether Envoy release envoy would link it, as a host
+// loading it does: the module must declare an ABI known to Envoy and import nothing (by name and signature) that
+// Envoy does not provide for it.
+func checkModule(ctx context.Context, wasm []byte, envoy Version) error {
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	defer r.Close(ctx)
+	compiled, err := r.CompileModule(ctx, wasm)
+	if err != nil {
+		return fmt.Errorf("Failed to load Wasm code: %w", err)
+	}
+	abi, ok := DeclaredABI(compiled.ExportedFunctions())
+	if !ok {
+		return ErrUnknownABI
+	}
+	return CheckImports(envoy, abi, compiled.ImportedFunctions())
+}
+
 func TestCheckModule(t *testing.T) {
 	// A minimal module: (import "wasi_snapshot_preview1" "sched_yield" (func (result i32)))
 	// plus an exported ABI marker function.
@@ -342,7 +361,7 @@ func TestCheckModule(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := CheckModule(context.Background(), tt.wasm, tt.envoy)
+			err := checkModule(context.Background(), tt.wasm, tt.envoy)
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatal(err)
