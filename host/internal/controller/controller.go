@@ -47,7 +47,8 @@ type Controller struct {
 	// server, or invalid), so the current snapshot is behind.
 	unpublishable bool
 
-	ready   atomic.Bool
+	// mu guards current, the last snapshot handed over, for readers outside
+	// Run's goroutine.
 	mu      sync.Mutex
 	current *Published
 }
@@ -179,32 +180,6 @@ func (c *Controller) Run(ctx context.Context) error {
 		case <-ticker.C:
 		}
 	}
-}
-
-// Ready reports whether a first snapshot has been published: every server
-// known at the time was probed and at least one is in it.
-func (c *Controller) Ready() bool { return c.ready.Load() }
-
-// Current returns the last published snapshot, or nils before the first one.
-// The returned values must not be modified.
-func (c *Controller) Current() (raw []byte, snap *discovery.Snapshot) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.current == nil {
-		return nil, nil
-	}
-	return c.current.Raw, c.current.Snapshot
-}
-
-// ClusterAddresses maps every cluster name of the last published snapshot to
-// its server's host:port, for whoever routes to those clusters.
-func (c *Controller) ClusterAddresses() map[string]string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.current == nil {
-		return nil
-	}
-	return maps.Clone(c.current.Addresses)
 }
 
 // poll is one round: probe every server and publish. A full round also
@@ -498,7 +473,6 @@ func (c *Controller) publish(ctx context.Context, now time.Time) {
 		c.pending = nil
 		c.metrics.published(c.current.Snapshot.Generation, len(c.current.Snapshot.Servers))
 		c.log.Info("snapshot published", "generation", c.current.Snapshot.Generation, "servers", len(c.current.Snapshot.Servers))
-		c.ready.Store(true)
 	}
 	if !c.unpublishable && slices.ContainsFunc(servers, func(s *serverState) bool { return s.healthy }) {
 		c.metrics.pollSucceeded(now)
