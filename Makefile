@@ -25,7 +25,7 @@ FUZZ_TARGETS := \
 	./host/internal/wasmhost:FuzzDecodePairs \
 	./host/internal/wasmhost:FuzzGuestPointerReads
 
-.PHONY: all build demo test unit cluster-test test-binaries fuzz bench bench-check check fixtures oci clean FORCE
+.PHONY: all build demo test unit cluster-test test-binaries fuzz bench bench-check check deadcode fixtures oci clean FORCE
 
 all: build
 
@@ -89,11 +89,38 @@ fixtures:
 	$(GO) run ./host/testcluster/cmd/kubebin
 	$(GO) run ./host/testcluster/cmd/capture-fixtures
 
-check:
+check: deadcode
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
 	@test -z "$$(git status --porcelain)" || { git status --porcelain; echo "tree is dirty"; exit 1; }
+
+# Production functions that neither shipped binary reaches, so that nothing
+# only a test calls hides in a production package: deadcode (RTA from main)
+# over bin/skewgate with the commands shipped beside it, and over the plugin
+# module. Only packages bin/skewgate or the module links count, and a function
+# of a package both link (discovery, plugin/config) is dead only if neither
+# reaches it.
+DEADCODE     := build/deadcode/deadcode -test=false
+DEADCODE_FMT := -f '{{range .Funcs}}{{$$.Path}} {{.Name}} {{.Position}}{{"\n"}}{{end}}'
+HOST_MAINS   := ./host/cmd/skewgate ./host/cmd/skewgate-demo ./host/cmd/wasmoci
+PLUGIN_MAIN  := ./plugin/cmd/skewgate-plugin
+
+deadcode:
+	@mkdir -p build/deadcode
+	@GOBIN=$(abspath build/deadcode) $(GO) install golang.org/x/tools/cmd/deadcode@v0.52.0
+	@$(DEADCODE) -tags grpcnotrace $(DEADCODE_FMT) $(HOST_MAINS) > build/deadcode/host
+	@GOOS=wasip1 GOARCH=wasm $(DEADCODE) $(DEADCODE_FMT) $(PLUGIN_MAIN) > build/deadcode/plugin
+	@$(GO) list -deps -tags grpcnotrace -f '{{.ImportPath}}' ./host/cmd/skewgate > build/deadcode/host.deps
+	@GOOS=wasip1 GOARCH=wasm $(GO) list -deps -f '{{.ImportPath}}' $(PLUGIN_MAIN) > build/deadcode/plugin.deps
+	@awk 'FILENAME == ARGV[1] { host[$$1] = 1; next } FILENAME == ARGV[2] { plugin[$$1] = 1; next } \
+		FILENAME == ARGV[3] { h[$$1 " " $$2] = $$3; next } { p[$$1 " " $$2] = $$3 } \
+		END { \
+			for (k in h) { split(k, f, " "); if ((f[1] in host) && (!(f[1] in plugin) || (k in p))) dead[k] = h[k] } \
+			for (k in p) { split(k, f, " "); if (!(f[1] in host)) dead[k] = p[k] } \
+			for (k in dead) { split(k, f, " "); print dead[k] ": unreachable func: " f[2]; n++ } \
+			if (n) { print n " production functions no shipped binary reaches: delete them or move them into tests"; exit 1 } \
+		}' build/deadcode/host.deps build/deadcode/plugin.deps build/deadcode/host build/deadcode/plugin
 
 # Packs the freshly built module as a Wasm OCI image (the layout Istio's
 # WasmPlugin and Envoy Gateway's EnvoyExtensionPolicy read) into build/oci/,
