@@ -49,14 +49,13 @@ import (
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/host/internal/wasmhost"
+	"github.com/skewgate/skewgate/plugin/config"
 )
 
 // Defaults for Options fields left zero.
 const (
-	DefaultRoutingHeader     = "x-skewgate-upstream"
-	DefaultPeerServerName    = "kubernetes.default.svc"
-	DefaultRetryAfterSeconds = 5
-	DefaultDialTimeout       = 5 * time.Second
+	DefaultPeerServerName = "kubernetes.default.svc"
+	DefaultDialTimeout    = 5 * time.Second
 	// DefaultRequestTimeout is kube-apiserver's --request-timeout default.
 	DefaultRequestTimeout = 60 * time.Second
 	// DefaultMaxRequestHeaders is Envoy's max_headers_count default.
@@ -115,10 +114,10 @@ func (o Options) complete() (Options, error) {
 		o.PeerServerName = DefaultPeerServerName
 	}
 	if o.RoutingHeader == "" {
-		o.RoutingHeader = DefaultRoutingHeader
+		o.RoutingHeader = config.DefaultRoutingHeader
 	}
 	if o.RetryAfterSeconds <= 0 {
-		o.RetryAfterSeconds = DefaultRetryAfterSeconds
+		o.RetryAfterSeconds = config.DefaultRetryAfterSeconds
 	}
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = DefaultDialTimeout

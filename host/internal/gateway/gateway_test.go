@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/skewgate/skewgate/discovery/discoverytest"
+	"github.com/skewgate/skewgate/plugin/config"
 )
 
 const (
@@ -41,7 +42,7 @@ type status struct {
 func TestRoutingHeaderIsHonouredAndNeverForwarded(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
 	client := h.client(nil, true)
-	forged := http.Header{DefaultRoutingHeader: {"kube-a"}}
+	forged := http.Header{config.DefaultRoutingHeader: {"kube-a"}}
 	for i := range 6 {
 		resp, body := do(t, client, "GET", h.front.URL+extraOnly+"?limit=5", forged, nil)
 		if resp.StatusCode != http.StatusOK {
@@ -436,7 +437,7 @@ func TestUnavailableAnswersAreKubernetesStatusWithRetryAfter(t *testing.T) {
 		}
 		rec := httptest.NewRecorder()
 		fresh.ServeHTTP(rec, httptest.NewRequest("GET", "https://gateway"+commonPods, nil))
-		checkUnavailable(t, rec.Result(), rec.Body.Bytes(), DefaultRetryAfterSeconds)
+		checkUnavailable(t, rec.Result(), rec.Body.Bytes(), config.DefaultRetryAfterSeconds)
 	})
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/skewgate/skewgate/discovery/discoverytest"
 	"github.com/skewgate/skewgate/host/internal/devpki"
 	"github.com/skewgate/skewgate/host/internal/wasmhost"
+	"github.com/skewgate/skewgate/plugin/config"
 )
 
 // builtPlugin is the module `make build` writes; the tests run it, so what
@@ -309,7 +310,7 @@ func routeTo(cluster string) pluginFunc {
 	return func(_ context.Context, req *wasmhost.Request) wasmhost.Outcome {
 		headers := slices.Clone(req.Headers)
 		if cluster != "" {
-			headers = append(headers, [2]string{DefaultRoutingHeader, cluster})
+			headers = append(headers, [2]string{config.DefaultRoutingHeader, cluster})
 		}
 		return wasmhost.Outcome{Verdict: wasmhost.Forward, Headers: headers}
 	}
@@ -349,7 +350,7 @@ func decodeEcho(t testing.TB, body []byte) echoed {
 func pluginConfig(t testing.TB, identityMode string, servers []discoverytest.Server) []byte {
 	t.Helper()
 	raw, err := json.Marshal(map[string]any{
-		"routingHeader":     DefaultRoutingHeader,
+		"routingHeader":     config.DefaultRoutingHeader,
 		"retryAfterSeconds": 7,
 		"identityMode":      identityMode,
 		"snapshot":          discoverytest.SnapshotJSON(1, servers),
