@@ -192,7 +192,8 @@ type bufferPool struct{ pool sync.Pool }
 func (p *bufferPool) Get() []byte  { return p.pool.Get().(*[32 << 10]byte)[:] }
 func (p *bufferPool) Put(b []byte) { p.pool.Put((*[32 << 10]byte)(b)) }
 
-// New builds a Gateway; it answers 503 until the first Apply.
+// New builds a Gateway; it answers 503 until a routing is first applied or
+// committed.
 func New(opts Options) (*Gateway, error) {
 	o, err := opts.complete()
 	if err != nil {
@@ -211,44 +212,71 @@ func New(opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-// Apply makes rt current. configure, when not nil, is called once the
-// clusters of rt can be resolved but before rt replaces the current routing:
-// it pushes the matching configuration to the plugin. If it fails, the
-// previous routing stays and its error is returned.
-func (g *Gateway) Apply(rt Routing, configure func() error) error {
+// Apply makes rt current, for a routing that needs no new plugin
+// configuration.
+func (g *Gateway) Apply(rt Routing) error {
+	staged, err := g.Stage(rt)
+	if err != nil {
+		return err
+	}
+	staged.Commit()
+	return nil
+}
+
+// Staged is a routing built by Stage and not yet current.
+type Staged struct {
+	g         *Gateway
+	rt        Routing
+	old, next *state
+}
+
+// Stage checks rt and creates its backends. Until Commit or Abort, requests
+// may name the clusters of the current routing and of rt, because the plugin
+// switching to rt's snapshot names either: the caller configures the plugin in
+// between and commits once it accepted, or aborts and the previous routing
+// stays. One routing is staged at a time; Stage waits for the previous one's
+// Commit or Abort.
+func (g *Gateway) Stage(rt Routing) (*Staged, error) {
 	g.applyMu.Lock()
-	defer g.applyMu.Unlock()
 	old := g.state.Load()
 	next, err := g.build(rt, old)
 	if err != nil {
 		g.metrics.forgetUpstreams(old)
-		return err
-	}
-	if configure != nil {
-		if old != nil {
-			// While the plugin switches, it may name clusters of either snapshot.
-			staged := &state{index: old.index, servers: old.servers, byCluster: old.byCluster, retired: maps.Clone(next.byCluster)}
-			maps.Copy(staged.retired, old.retired)
-			g.state.Store(staged)
-		}
-		if err := configure(); err != nil {
-			g.state.Store(old)
-			g.metrics.forgetUpstreams(old)
-			return err
-		}
+		g.applyMu.Unlock()
+		return nil, err
 	}
 	if old != nil {
-		next.retired = map[string]*backend{}
-		for cluster, b := range old.byCluster {
-			if next.byCluster[cluster] == nil {
-				next.retired[cluster] = b
+		both := &state{index: old.index, servers: old.servers, byCluster: old.byCluster, retired: maps.Clone(next.byCluster)}
+		maps.Copy(both.retired, old.retired)
+		g.state.Store(both)
+	}
+	return &Staged{g: g, rt: rt, old: old, next: next}, nil
+}
+
+// Commit makes the staged routing current; the clusters it dropped stay
+// resolvable for the requests still naming them.
+func (s *Staged) Commit() {
+	g := s.g
+	defer g.applyMu.Unlock()
+	if s.old != nil {
+		s.next.retired = map[string]*backend{}
+		for cluster, b := range s.old.byCluster {
+			if s.next.byCluster[cluster] == nil {
+				s.next.retired[cluster] = b
 			}
 		}
 	}
-	g.state.Store(next)
-	g.metrics.forgetUpstreams(next)
-	g.metrics.generation.Set(float64(rt.Index.Snapshot().Generation))
-	return nil
+	g.state.Store(s.next)
+	g.metrics.forgetUpstreams(s.next)
+	g.metrics.generation.Set(float64(s.rt.Index.Snapshot().Generation))
+}
+
+// Abort keeps the routing that was current before Stage.
+func (s *Staged) Abort() {
+	g := s.g
+	defer g.applyMu.Unlock()
+	g.state.Store(s.old)
+	g.metrics.forgetUpstreams(s.old)
 }
 
 // build checks rt and creates its backends, keeping the backend objects (and
@@ -279,7 +307,7 @@ func (g *Gateway) build(rt Routing, old *state) (*state, error) {
 	return next, nil
 }
 
-// Index is the index of the current routing, nil before the first Apply.
+// Index is the index of the current routing, nil before the first one.
 func (g *Gateway) Index() *discovery.Index {
 	if s := g.state.Load(); s != nil {
 		return s.index

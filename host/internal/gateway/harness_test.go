@@ -222,7 +222,7 @@ func (h *harness) apply(servers []discoverytest.Server, addresses map[string]str
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if err := h.gw.Apply(Routing{Index: ix, Addresses: addresses}, nil); err != nil {
+	if err := h.gw.Apply(Routing{Index: ix, Addresses: addresses}); err != nil {
 		h.t.Fatal(err)
 	}
 }

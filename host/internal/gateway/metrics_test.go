@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -90,14 +89,14 @@ func TestSeriesOfAClusterAreDroppedOnceNoRoutingNamesIt(t *testing.T) {
 		t.Fatalf("the failed attempt is not counted:\n%s", m)
 	}
 	without := routing(t, discoverytest.SkewedControlPlane()[1:])
-	if err := h.gw.Apply(without, nil); err != nil {
+	if err := h.gw.Apply(without); err != nil {
 		t.Fatal(err)
 	}
 	// A request decided against the previous configuration may still name it.
 	if m := scrape(t, h); !strings.Contains(m, `upstream="kube-a"`) {
 		t.Errorf("kube-a's series went with the first snapshot without it:\n%s", m)
 	}
-	if err := h.gw.Apply(without, nil); err != nil {
+	if err := h.gw.Apply(without); err != nil {
 		t.Fatal(err)
 	}
 	if m := scrape(t, h); strings.Contains(m, `"kube-a"`) || !strings.Contains(m, `upstream="kube-b"`) {
@@ -109,22 +108,27 @@ func TestARefusedRoutingLeavesNoSeries(t *testing.T) {
 	withZ := append([]discoverytest.Server{{ID: "apiserver-000", Cluster: "kube-z", Version: "v1.36.3", Healthy: true,
 		Groups: map[string][]string{"/v1": {"pods"}}}}, discoverytest.SkewedControlPlane()...)
 	for _, tc := range []struct {
-		name      string
-		rt        func() Routing
-		configure func() error
+		name   string
+		refuse func(*testing.T, *Gateway)
 	}{
-		{"the plugin refuses its configuration", func() Routing { return routing(t, withZ) }, func() error { return errors.New("rejected") }},
-		{"a cluster has no address", func() Routing {
+		{"the plugin refuses its configuration", func(t *testing.T, g *Gateway) {
+			staged, err := g.Stage(routing(t, withZ))
+			if err != nil {
+				t.Fatal(err)
+			}
+			staged.Abort()
+		}},
+		{"a cluster has no address", func(t *testing.T, g *Gateway) {
 			rt := routing(t, withZ)
 			delete(rt.Addresses, "kube-c")
-			return rt
-		}, nil},
+			if err := g.Apply(rt); err == nil {
+				t.Fatal("a routing with a cluster without an address was applied")
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, harnessConfig{plugin: routeTo("")})
-			if err := h.gw.Apply(tc.rt(), tc.configure); err == nil {
-				t.Fatal("the routing was applied")
-			}
+			tc.refuse(t, h.gw)
 			if m := scrape(t, h); strings.Contains(m, "kube-z") || !strings.Contains(m, `upstream="kube-c"`) {
 				t.Errorf("series for kube-z, or none for kube-c:\n%s", m)
 			}

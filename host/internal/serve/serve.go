@@ -692,9 +692,15 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 		debug.FreeOSMemory()
 		return nil
 	}
-	if err := s.gw.Apply(gateway.Routing{Index: ix, Addresses: addresses}, configure); err != nil {
+	staged, err := s.gw.Stage(gateway.Routing{Index: ix, Addresses: addresses})
+	if err != nil {
 		return err
 	}
+	if err := configure(); err != nil {
+		staged.Abort()
+		return err
+	}
+	staged.Commit()
 	s.applied.Store(&appliedSnapshot{raw: raw, snap: snap, addresses: addresses, acceptedAt: time.Now()})
 	s.log.Info("snapshot applied", "generation", snap.Generation, "servers", len(snap.Servers))
 	if s.cfg.EnvoyECDSFile != "" {
