@@ -25,11 +25,6 @@ const (
 	metricIDIncrement = 0x4
 )
 
-// histogramBounds are Envoy's default histogram buckets.
-var histogramBounds = [...]float64{
-	0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 600000, 1800000, 3600000,
-}
-
 // metric is a guest-defined metric with one value cell per instance slot, so that an instance updates its own
 // cell without contention and the export sums or selects across cells.
 type metric struct {
@@ -41,20 +36,6 @@ type metric struct {
 
 type metricCell struct {
 	value atomic.Int64 // counter (as unsigned) or gauge
-	hist  *histogramCell
-}
-
-type histogramCell struct {
-	buckets [len(histogramBounds) + 1]atomic.Uint64 // per bucket plus +Inf; cumulated at export
-	sum     atomic.Uint64
-	count   atomic.Uint64
-}
-
-func (h *histogramCell) record(v uint64) {
-	i, _ := slices.BinarySearch(histogramBounds[:], float64(v))
-	h.buckets[i].Add(1)
-	h.sum.Add(v)
-	h.count.Add(1)
 }
 
 type metricKey struct {
@@ -93,11 +74,6 @@ func (r *metricRegistry) define(kind metricKind, name string) uint32 {
 		kind:  kind,
 		id:    uint32(len(list))*metricIDIncrement + uint32(kind) + 1,
 		cells: make([]metricCell, r.cells),
-	}
-	if kind == metricHistogram {
-		for i := range m.cells {
-			m.cells[i].hist = new(histogramCell)
-		}
 	}
 	r.byName[key] = m
 	next := append(slices.Clip(list), m)
@@ -155,8 +131,7 @@ func (h *Host) Describe(chan<- *prometheus.Desc) {}
 
 // Collect sends the plugin's metrics and the host's own.
 //
-// Plugin metrics are named as Envoy exports them (see sanitizeMetricName). Counters and histograms are summed
-// over instances; a gauge is the value held by the instance whose root context was configured most recently.
+// Plugin metrics are named as Envoy exports them (see sanitizeMetricName). Counters are summed over instances; a gauge is the value held by the instance whose root context was configured most recently.
 // If two plugin metrics sanitise to the same name, only the first in (name, type) order is sent.
 // Host metrics are prefixed "skewgate_wasm_"; a plugin metric that sanitises to a host metric's name is dropped.
 func (h *Host) Collect(ch chan<- prometheus.Metric) {
@@ -182,33 +157,15 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 		case metricGauge:
 			ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(m.cells[gaugeCell].value.Load()))
 		case metricHistogram:
-			ch <- m.histogram(desc)
+			// Recording takes proxy_record_metric, which the plugin does not
+			// import and the host does not implement: a defined histogram is
+			// exported as Envoy exports one that never recorded.
+			ch <- prometheus.MustNewConstHistogram(desc, 0, 0, nil)
 		}
 	}
 	for _, hm := range hostMetrics {
 		ch <- prometheus.MustNewConstMetric(hm.desc, hm.kind, hm.value(&h.counters))
 	}
-}
-
-// histogram sums the instances' cells of a histogram metric.
-func (m *metric) histogram(desc *prometheus.Desc) prometheus.Metric {
-	var buckets [len(histogramBounds) + 1]uint64
-	var sum, count uint64
-	for i := range m.cells {
-		c := m.cells[i].hist
-		for b := range buckets {
-			buckets[b] += c.buckets[b].Load()
-		}
-		sum += c.sum.Load()
-		count += c.count.Load()
-	}
-	cumulative := make(map[float64]uint64, len(histogramBounds))
-	var n uint64
-	for b, bound := range histogramBounds {
-		n += buckets[b]
-		cumulative[bound] = n
-	}
-	return prometheus.MustNewConstHistogram(desc, count, float64(sum), cumulative)
 }
 
 // hostCounters are the host's own metrics.
