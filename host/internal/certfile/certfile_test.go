@@ -11,10 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
-
 	"github.com/skewgate/skewgate/host/internal/devpki"
+	"github.com/skewgate/skewgate/host/internal/metricstest"
 )
 
 // newWatcher is a watcher whose log the test reads; the tests call check
@@ -29,19 +27,11 @@ func newWatcher(t *testing.T) (*Watcher, *bytes.Buffer) {
 // them.
 func exposition(t *testing.T, w *Watcher) string {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(w)
-	families, err := reg.Gather()
+	text, err := metricstest.Exposition(w)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b strings.Builder
-	for _, mf := range families {
-		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b.String()
+	return text
 }
 
 // pair is a certificate and key in PEM form.

@@ -8,7 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/prometheus/common/expfmt"
+
+	"github.com/skewgate/skewgate/host/internal/metricstest"
 )
 
 func TestCollectorExposesEveryMetric(t *testing.T) {
@@ -79,19 +80,5 @@ func exposition(t testing.TB, c *Controller) string {
 }
 
 func writeExposition(c prometheus.Collector) (string, error) {
-	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(c); err != nil {
-		return "", err
-	}
-	families, err := reg.Gather()
-	if err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	for _, mf := range families {
-		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
-			return "", err
-		}
-	}
-	return b.String(), nil
+	return metricstest.Exposition(c)
 }

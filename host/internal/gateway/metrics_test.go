@@ -11,10 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/prometheus/common/expfmt"
-
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
+	"github.com/skewgate/skewgate/host/internal/metricstest"
 	"github.com/skewgate/skewgate/host/internal/wasmhost"
 )
 
@@ -145,19 +144,11 @@ func scrape(t *testing.T, h *harness) string {
 
 func exposition(t *testing.T, c prometheus.Collector) string {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
-	families, err := reg.Gather()
+	text, err := metricstest.Exposition(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b strings.Builder
-	for _, mf := range families {
-		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b.String()
+	return text
 }
 
 // routing is a Routing for servers with placeholder addresses.

@@ -5,27 +5,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
+	"github.com/skewgate/skewgate/host/internal/metricstest"
 )
 
 // WritePrometheus writes the host's metrics in the text format, as /metrics
 // serves them.
 func (h *Host) WritePrometheus(w io.Writer) error {
-	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(h); err != nil {
-		return err
+	text, err := metricstest.Exposition(h)
+	if err == nil {
+		_, err = io.WriteString(w, text)
 	}
-	families, err := reg.Gather()
-	if err != nil {
-		return err
-	}
-	for _, mf := range families {
-		if _, err := expfmt.MetricFamilyToText(w, mf); err != nil {
-			return err
-		}
-	}
-	return nil
+	return err
 }
 
 func TestPluginMetricsThatCollideAreSentOnce(t *testing.T) {

@@ -17,8 +17,6 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	extensionv3 "github.com/envoyproxy/go-control-plane/envoy/service/extension/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -26,6 +24,7 @@ import (
 
 	"github.com/skewgate/skewgate/host/internal/devpki"
 	"github.com/skewgate/skewgate/host/internal/envoyconfig"
+	"github.com/skewgate/skewgate/host/internal/metricstest"
 )
 
 const (
@@ -302,19 +301,11 @@ func waitForWatches(t testing.TB, s *testServer, n int, subs ...*subscriber) {
 // them.
 func metrics(t testing.TB, s *testServer) string {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(s.Server)
-	families, err := reg.Gather()
+	text, err := metricstest.Exposition(s.Server)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b strings.Builder
-	for _, mf := range families {
-		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b.String()
+	return text
 }
 
 func eventuallyMetric(t testing.TB, s *testServer, want string) {
