@@ -191,11 +191,53 @@ func checkVersion(v string) error {
 // returns cached unchanged on 304 and a new document only when the answer is
 // an aggregated discovery list the snapshot can carry.
 func (f *fetcher) document(ctx context.Context, address, path string, cached document) (document, *fetchError) {
+	return f.revalidate(ctx, address, path, acceptAggregated, cached, func(resp response) ([]byte, *fetchError) {
+		if !isAggregatedDiscovery(resp.contentType) {
+			return nil, &fetchError{path, reasonContentType, fmt.Errorf("Content-Type %q is not an aggregated discovery list", resp.contentType)}
+		}
+		list, err := discovery.ParseGroupList(resp.body)
+		if err == nil {
+			err = checkPlacement(path, list)
+		}
+		if err != nil {
+			return nil, &fetchError{path, reasonMalformed, err}
+		}
+		return resp.body, nil
+	})
+}
+
+// openAPIIndex fetches the server's /openapi/v3 index, revalidating cached with
+// If-None-Match, and returns it in the snapshot's form ({"<path>":"<hash>"});
+// an answer the snapshot could not carry keeps cached.
+func (f *fetcher) openAPIIndex(ctx context.Context, address string, cached document) (document, *fetchError) {
+	return f.revalidate(ctx, address, pathOpenAPI, "application/json", cached, func(resp response) ([]byte, *fetchError) {
+		paths, err := discovery.ParseOpenAPIIndex(resp.body)
+		if err != nil {
+			return nil, &fetchError{pathOpenAPI, reasonMalformed, err}
+		}
+		// The snapshot carries each path's hash, not the URL that repeats it.
+		hashes := make(map[string]string, len(paths))
+		for _, p := range paths {
+			hashes[p.Path] = p.Hash
+		}
+		raw, err := json.Marshal(hashes)
+		if err != nil {
+			return nil, &fetchError{pathOpenAPI, reasonMalformed, err}
+		}
+		return raw, nil
+	})
+}
+
+// revalidate GETs path with If-None-Match for cached: on 304 cached stays, on
+// 200 carry turns the answer into what the snapshot holds, and any failure
+// keeps cached.
+func (f *fetcher) revalidate(ctx context.Context, address, path, accept string, cached document,
+	carry func(response) ([]byte, *fetchError)) (document, *fetchError) {
 	var ifNoneMatch string
 	if cached.raw != nil {
 		ifNoneMatch = cached.etag
 	}
-	resp, ferr := f.get(ctx, address, path, acceptAggregated, ifNoneMatch)
+	resp, ferr := f.get(ctx, address, path, accept, ifNoneMatch)
 	if ferr != nil {
 		return cached, ferr
 	}
@@ -204,49 +246,10 @@ func (f *fetcher) document(ctx context.Context, address, path string, cached doc
 		return cached, nil
 	case resp.status != http.StatusOK:
 		return cached, &fetchError{path, reasonStatus, fmt.Errorf("HTTP %d", resp.status)}
-	case !isAggregatedDiscovery(resp.contentType):
-		return cached, &fetchError{path, reasonContentType, fmt.Errorf("Content-Type %q is not an aggregated discovery list", resp.contentType)}
 	}
-	list, err := discovery.ParseGroupList(resp.body)
-	if err != nil {
-		return cached, &fetchError{path, reasonMalformed, err}
-	}
-	if err := checkPlacement(path, list); err != nil {
-		return cached, &fetchError{path, reasonMalformed, err}
-	}
-	return document{raw: resp.body, etag: resp.etag}, nil
-}
-
-// openAPIIndex fetches the server's /openapi/v3 index, revalidating cached with
-// If-None-Match, and returns it in the snapshot's form ({"<path>":"<hash>"});
-// an answer the snapshot could not carry keeps cached.
-func (f *fetcher) openAPIIndex(ctx context.Context, address string, cached document) (document, *fetchError) {
-	var ifNoneMatch string
-	if cached.raw != nil {
-		ifNoneMatch = cached.etag
-	}
-	resp, ferr := f.get(ctx, address, pathOpenAPI, "application/json", ifNoneMatch)
+	raw, ferr := carry(resp)
 	if ferr != nil {
 		return cached, ferr
-	}
-	switch {
-	case resp.status == http.StatusNotModified && ifNoneMatch != "":
-		return cached, nil
-	case resp.status != http.StatusOK:
-		return cached, &fetchError{pathOpenAPI, reasonStatus, fmt.Errorf("HTTP %d", resp.status)}
-	}
-	paths, err := discovery.ParseOpenAPIIndex(resp.body)
-	if err != nil {
-		return cached, &fetchError{pathOpenAPI, reasonMalformed, err}
-	}
-	// The snapshot carries each path's hash, not the URL that repeats it.
-	hashes := make(map[string]string, len(paths))
-	for _, p := range paths {
-		hashes[p.Path] = p.Hash
-	}
-	raw, err := json.Marshal(hashes)
-	if err != nil {
-		return cached, &fetchError{pathOpenAPI, reasonMalformed, err}
 	}
 	return document{raw: raw, etag: resp.etag}, nil
 }
