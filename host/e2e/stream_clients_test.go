@@ -172,11 +172,8 @@ func echoLine(conn net.Conn, line string, timeout time.Duration) error {
 // webSocketWatch is a watch over a WebSocket, as browsers and dashboards open them: one upgraded
 // connection carrying one event per message.
 type webSocketWatch struct {
-	conn   *websocket.Conn
-	events chan watchEvent
-	done   chan struct{}
-	// Valid once done is closed.
-	err error
+	*watchStream
+	conn *websocket.Conn
 }
 
 // openWebSocketWatch upgrades a watch of rawURL (https) with dialer and header.
@@ -191,24 +188,24 @@ func openWebSocketWatch(t *testing.T, rawURL string, dialer *websocket.Dialer, h
 		}
 		t.Fatalf("opening the WebSocket watch %s: %v (%s)", rawURL, err, status)
 	}
-	w := &webSocketWatch{conn: conn, events: make(chan watchEvent, 1024), done: make(chan struct{})}
+	w := &webSocketWatch{watchStream: &watchStream{events: make(chan watchEvent, 1024), done: make(chan struct{})}, conn: conn}
 	go func() {
 		defer close(w.done)
 		for {
 			_, message, err := conn.ReadMessage()
 			if err != nil {
-				w.err = err
+				w.err, w.ended = err, time.Now()
 				return
 			}
 			var ev watchEvent
 			if err := json.Unmarshal(message, &ev); err != nil {
-				w.err = fmt.Errorf("decoding a watch event: %w", err)
+				w.err, w.ended = fmt.Errorf("decoding a watch event: %w", err), time.Now()
 				return
 			}
 			select {
 			case w.events <- ev:
 			default:
-				w.err = errors.New("the test did not keep up with the watch")
+				w.err, w.ended = errors.New("the test did not keep up with the watch"), time.Now()
 				return
 			}
 		}
@@ -218,22 +215,6 @@ func openWebSocketWatch(t *testing.T, rawURL string, dialer *websocket.Dialer, h
 		<-w.done
 	})
 	return w
-}
-
-func (w *webSocketWatch) expect(eventType, name string, timeout time.Duration) error {
-	deadline := time.After(timeout)
-	for {
-		select {
-		case ev := <-w.events:
-			if ev.Type == eventType && ev.Object.Metadata.Name == name {
-				return nil
-			}
-		case <-w.done:
-			return fmt.Errorf("the WebSocket watch ended (%v) before %s %s", w.err, eventType, name)
-		case <-deadline:
-			return fmt.Errorf("no %s %s on the WebSocket watch within %s", eventType, name, timeout)
-		}
-	}
 }
 
 // auditEvent is the part of an audit.k8s.io/v1 Event the stream scenarios look at.
