@@ -431,11 +431,7 @@ func (s *Spec) cluster(name, lbPolicy string, servers []Server, frontProxy bool)
 				}},
 			}},
 		}}}},
-		{"upstream_connection_options", object{{"tcp_keepalive", object{
-			{"keepalive_probes", uint32(3)},
-			{"keepalive_time", uint32(30)},
-			{"keepalive_interval", uint32(10)},
-		}}}},
+		{"upstream_connection_options", upstreamTCPKeepalive},
 		{"transport_socket", object{
 			{"name", "envoy.transport_sockets.tls"},
 			{"typed_config", s.upstreamTLS(frontProxy)},
@@ -489,3 +485,11 @@ func (s *Spec) upstreamTLS(frontProxy bool) object {
 		{"common_tls_context", common},
 	}
 }
+
+// upstreamTCPKeepalive finds a dead upstream connection within a minute: a
+// watch or an xDS stream is otherwise silent for as long as nothing changes.
+var upstreamTCPKeepalive = object{{"tcp_keepalive", object{
+	{"keepalive_probes", uint32(3)},
+	{"keepalive_time", uint32(30)},
+	{"keepalive_interval", uint32(10)},
+}}}

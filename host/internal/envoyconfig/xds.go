@@ -139,11 +139,7 @@ func (x *XDSSource) cluster() object {
 				{"connection_keepalive", object{{"interval", "30s"}, {"timeout", "15s"}}},
 			}}}},
 		}}}},
-		{"upstream_connection_options", object{{"tcp_keepalive", object{
-			{"keepalive_probes", uint32(3)},
-			{"keepalive_time", uint32(30)},
-			{"keepalive_interval", uint32(10)},
-		}}}},
+		{"upstream_connection_options", upstreamTCPKeepalive},
 		{"transport_socket", object{
 			{"name", "envoy.transport_sockets.tls"},
 			{"typed_config", object{
