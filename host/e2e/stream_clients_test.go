@@ -13,32 +13,14 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/skewgate/skewgate/host/internal/logtest"
 	"github.com/skewgate/skewgate/host/testcluster"
 )
-
-// lockedBuffer collects a process's standard error while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // kubectlProcess is a kubectl running in the background: its standard input open, its standard
 // output delivered line by line.
@@ -46,7 +28,7 @@ type kubectlProcess struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan string
-	stderr lockedBuffer
+	stderr logtest.Buffer
 	exited chan struct{}
 	// Valid once exited is closed.
 	err error

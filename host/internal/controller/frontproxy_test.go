@@ -1,32 +1,13 @@
 package controller
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/skewgate/skewgate/discovery/discoverytest"
+	"github.com/skewgate/skewgate/host/internal/logtest"
 )
-
-// logBuffer collects a logger's output across goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func TestFrontProxyCertificateThatAuthenticatesAloneIsReportedOnce(t *testing.T) {
 	const warning = "the front-proxy client certificate authenticates as a user on its own"
@@ -47,7 +28,7 @@ func TestFrontProxyCertificateThatAuthenticatesAloneIsReportedOnce(t *testing.T)
 			plane := discoverytest.SkewedControlPlane()
 			a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
 			a.setCertificateUser(tc.user)
-			logs := &logBuffer{}
+			logs := &logtest.Buffer{}
 			opts := testOptions(pki, &recorder{}, a)
 			opts.CheckFrontProxyCertificate = tc.check
 			opts.Logger = slog.New(slog.NewTextHandler(logs, nil))

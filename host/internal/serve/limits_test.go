@@ -6,9 +6,10 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/skewgate/skewgate/host/internal/logtest"
 )
 
 func TestMetricsListenerOffLoopbackWarnsThatItIsUnauthenticated(t *testing.T) {
@@ -98,24 +99,6 @@ func TestRequestTimeoutAnswersASlowRequest504(t *testing.T) {
 	}
 }
 
-// logBuffer collects a logger's output across goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestFrontProxyModeWarnsWhenTheProxyCertificateAloneIsAUser(t *testing.T) {
 	const warning = "the front-proxy client certificate authenticates as a user on its own"
 	for _, mode := range []string{IdentityFrontProxy, IdentityPassthrough} {
@@ -123,7 +106,7 @@ func TestFrontProxyModeWarnsWhenTheProxyCertificateAloneIsAUser(t *testing.T) {
 			f := newFixture(t)
 			f.cfg.IdentityMode = mode
 			f.cfg.ClientCAFile = f.cfg.PeerCAFile
-			logs := &logBuffer{}
+			logs := &logtest.Buffer{}
 			f.cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 			s := f.startServer(t)
 			// Several polls after the first snapshot.

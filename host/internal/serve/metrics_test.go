@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/skewgate/skewgate/host/internal/logtest"
 )
 
 func TestMetricsEndpointExposesRuntimeProcessAndRequestDurationMetrics(t *testing.T) {
@@ -40,7 +42,7 @@ func TestMetricsEndpointExposesRuntimeProcessAndRequestDurationMetrics(t *testin
 
 func TestClientGoLogsGoIntoTheStructuredLog(t *testing.T) {
 	f := newFixture(t)
-	logs := &logBuffer{}
+	logs := &logtest.Buffer{}
 	f.cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	if _, err := New(f.cfg); err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/skewgate/skewgate/host/internal/devpki"
 	"github.com/skewgate/skewgate/host/internal/envoyconfig"
+	"github.com/skewgate/skewgate/host/internal/logtest"
 	"github.com/skewgate/skewgate/host/internal/metricstest"
 )
 
@@ -62,30 +63,12 @@ func newPKI(t testing.TB) *pki {
 type testServer struct {
 	*Server
 	addr string
-	logs *syncBuffer
-}
-
-// syncBuffer collects the server's log lines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	logs *logtest.Buffer
 }
 
 func startServer(t testing.TB, p *pki) *testServer {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	s, err := New(Options{
 		Certificate: func() *tls.Certificate { return &p.serving },
 		ClientCAs:   p.clientCA.Pool,
