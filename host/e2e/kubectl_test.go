@@ -36,10 +36,7 @@ func TestKubectlThroughSkewgate(t *testing.T) {
 	requireSkew(t, cluster)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	kubectlBinary, err := testcluster.EnsureBinary(ctx, t, testcluster.Kubectl, testcluster.KubectlVersion)
-	if err != nil {
-		t.Fatalf("kubectl: %v", err)
-	}
+	kubectlBinary := ensureKubectl(t)
 	gw := startSkewgate(t, cluster, gatewayConfig{identityMode: frontProxyIdentity})
 	gw.waitSnapshot(t, "every server healthy in the gateway's snapshot", gatewayReadyTimeout, allHealthy(cluster))
 
@@ -106,6 +103,16 @@ func TestKubectlThroughSkewgate(t *testing.T) {
 			t.Logf("the watch delivered every event across snapshot generations %d to %d", before.Generation, up.Generation)
 		})
 	}
+}
+
+// ensureKubectl is the pinned kubectl, built on first use into the binary cache.
+func ensureKubectl(t *testing.T) string {
+	t.Helper()
+	binary, err := testcluster.EnsureBinary(t.Context(), t, testcluster.Kubectl, testcluster.KubectlVersion)
+	if err != nil {
+		t.Fatalf("kubectl: %v", err)
+	}
+	return binary
 }
 
 // ensureRunning restarts server i of a shared cluster if a failed test left it stopped.

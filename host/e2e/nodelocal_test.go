@@ -50,11 +50,7 @@ type kubeadmNode struct {
 
 func newKubeadmNode(t *testing.T, cluster *testcluster.Cluster, local int) *kubeadmNode {
 	t.Helper()
-	kubectl, err := testcluster.EnsureBinary(context.Background(), t, testcluster.Kubectl, testcluster.KubectlVersion)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &kubeadmNode{cluster: cluster, local: cluster.Server(local), dir: t.TempDir(), kubectl: kubectl}
+	n := &kubeadmNode{cluster: cluster, local: cluster.Server(local), dir: t.TempDir(), kubectl: ensureKubectl(t)}
 	f := cluster.PKI().Files
 	n.files = map[string]string{
 		"/etc/kubernetes/pki/apiserver.crt":          f.ServingCert,

@@ -15,8 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/openapi3"
-
-	"github.com/skewgate/skewgate/host/testcluster"
 )
 
 // explainRuns is how many times each skewed resource is explained, each run with an empty
@@ -42,10 +40,7 @@ func TestOpenAPIThroughSkewgate(t *testing.T) {
 	requireSkew(t, cluster)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	kubectlBinary, err := testcluster.EnsureBinary(ctx, t, testcluster.Kubectl, testcluster.KubectlVersion)
-	if err != nil {
-		t.Fatalf("kubectl: %v", err)
-	}
+	kubectlBinary := ensureKubectl(t)
 	gw := startSkewgate(t, cluster, gatewayConfig{identityMode: frontProxyIdentity})
 	gw.waitSnapshot(t, "every server healthy, with its OpenAPI index, in the gateway's snapshot", gatewayReadyTimeout,
 		func(v snapshotView) error {

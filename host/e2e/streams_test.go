@@ -138,10 +138,7 @@ func TestStreamsThroughSkewgateKeepTheCallersIdentityAndEndWithTheirAPIServer(t 
 	spec.AuditPolicy = streamsAuditPolicy
 	cluster := startCluster(t, spec)
 	requireSkew(t, cluster)
-	kubectlBinary, err := testcluster.EnsureBinary(t.Context(), t, testcluster.Kubectl, testcluster.KubectlVersion)
-	if err != nil {
-		t.Fatalf("kubectl: %v", err)
-	}
+	kubectlBinary := ensureKubectl(t)
 	kubelet, err := cluster.StartKubelet(t.Context(), streamsNode)
 	if err != nil {
 		t.Fatal(err)
