@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -63,5 +64,25 @@ func TestClientGoLogsGoIntoTheStructuredLog(t *testing.T) {
 	if len(records) != 2 || records[0]["msg"] != "watch closed" || records[0]["resource"] != "leases" || records[0]["level"] != "INFO" ||
 		records[1]["msg"] != "list failed" || records[1]["level"] != "ERROR" {
 		t.Errorf("client-go records %v in\n%s", records, logs)
+	}
+}
+
+func TestProfilesAreServedOnlyWithProfilingOn(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run("profiling="+strconv.FormatBool(on), func(t *testing.T) {
+			f := newFixture(t)
+			f.cfg.Profiling = on
+			s := f.startServer(t)
+			client := &http.Client{Timeout: 10 * time.Second}
+			want := http.StatusNotFound
+			if on {
+				want = http.StatusOK
+			}
+			for _, path := range []string{"/debug/pprof/", "/debug/pprof/allocs?debug=1", "/debug/pprof/profile?seconds=1"} {
+				if code, _, body := get(t, client, "http://"+s.MetricsAddr().String()+path); code != want {
+					t.Errorf("GET %s: %d, want %d: %.200s", path, code, want, body)
+				}
+			}
+		})
 	}
 }

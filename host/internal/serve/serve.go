@@ -3,7 +3,8 @@
 // wazero-hosted VMs (and, optionally, an Envoy ECDS file and the xDS
 // management server's resource), and the gateway proxies client traffic
 // through the plugin. A second, plain-HTTP listener
-// serves /metrics, /healthz, /readyz, /debug/snapshot and the status page.
+// serves /metrics, /healthz, /readyz, /debug/snapshot, the status page and,
+// with profiling on, /debug/pprof/.
 package serve
 
 import (
@@ -52,10 +53,6 @@ const (
 	DefaultSecurePort           = 6443
 	DefaultMetricsBindAddress   = "127.0.0.1:9090"
 	DefaultShutdownTimeout      = 30 * time.Second
-	// DefaultPluginCallTimeout bounds one plugin callback: the plugin decides
-	// in microseconds, so only a request built to be slow comes near it, and
-	// it must not hold a VM that every other request needs.
-	DefaultPluginCallTimeout = time.Second
 	// DefaultDiscoveryAuthorizationCache is how long an API server's answer
 	// to whether a credential may read discovery is reused: as long as
 	// kube-apiserver caches a token's successful authentication.
@@ -96,6 +93,9 @@ type Config struct {
 	// MetricsBindAddress is host:port for the plain-HTTP metrics and status
 	// listener.
 	MetricsBindAddress string
+	// Profiling serves Go's profiles under /debug/pprof/ on the metrics
+	// listener.
+	Profiling bool
 	// EnvoyECDSFile, when set, receives the plugin configuration of every
 	// accepted snapshot as an Envoy ECDS resource, naming EnvoyWasmPath.
 	EnvoyECDSFile, EnvoyWasmPath string
@@ -123,8 +123,9 @@ type Config struct {
 	// between polls; default controller.DefaultReadinessInterval.
 	ReadinessInterval time.Duration
 	GracePeriod       time.Duration
-	// PluginCallTimeout bounds one plugin callback; default
-	// DefaultPluginCallTimeout.
+	// PluginCallTimeout, when set, bounds one plugin callback: an overrunning
+	// VM is closed and replaced. Zero leaves callbacks unbounded, as Envoy
+	// does: interrupting compiled guest code costs as much as the call.
 	PluginCallTimeout time.Duration
 	// RequestTimeout bounds a request that is not long-running
 	// (kube-apiserver's --request-timeout); default
@@ -355,9 +356,6 @@ func (c Config) complete() (Config, error) {
 	}
 	if d := c.DiscoveryAuthorizationCache; d > MaxDiscoveryAuthorizationCache || d%time.Second != 0 {
 		errs = append(errs, fmt.Errorf("--discovery-authorization-cache %v: must be whole seconds, at most %v", d, MaxDiscoveryAuthorizationCache))
-	}
-	if c.PluginCallTimeout == 0 {
-		c.PluginCallTimeout = DefaultPluginCallTimeout
 	}
 	if c.PeerServerName == "" {
 		c.PeerServerName = gateway.DefaultPeerServerName
