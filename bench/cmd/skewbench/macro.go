@@ -86,6 +86,9 @@ type macroConfig struct {
 	duration                      time.Duration
 	protocol                      string
 	progress                      io.Writer
+	// profileDir, when set, receives CPU and allocation profiles of skewgate
+	// serve under load, taken after the rounds.
+	profileDir string
 }
 
 func (macroConfig) kubeVersions() []string { return []string{oldServerVersion, newServerVersion} }
@@ -98,6 +101,9 @@ type macroEnv struct {
 	// serverURLs are the kube-apiservers' URLs, in clusterSpec order.
 	serverURLs  []string
 	skewgateURL string
+	// skewgateMetricsURL is skewgate's metrics listener, which serves its
+	// profiles when -profile-dir is given.
+	skewgateMetricsURL string
 	plainURL    string
 	// The node-local paths' hops: the plain and the TCP proxy in front of
 	// serverOld alone, and node-local skewgate, whose local server it is.
@@ -157,6 +163,11 @@ func (e *macroEnv) run(ctx context.Context) ([]report.Round, error) {
 	if err := e.readNodeLocalMemory(); err != nil {
 		return nil, err
 	}
+	if e.cfg.profileDir != "" {
+		if err := e.profile(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return rounds, nil
 }
 
@@ -182,7 +193,7 @@ func (e *macroEnv) startHops(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.skewgateURL = "https://" + loopback(sg.ports[0])
+	e.skewgateURL, e.skewgateMetricsURL = "https://"+loopback(sg.ports[0]), "http://"+loopback(sg.ports[1])
 	return e.startNodeLocalSkewgate(ctx)
 }
 
@@ -313,6 +324,9 @@ func (e *macroEnv) startSkewgate(ctx context.Context, name string, servers []str
 			"--identity-mode=passthrough",
 			"--metrics-bind-address=" + loopback(ports[1]),
 			"--wasm=" + e.cfg.wasm,
+		}
+		if e.cfg.profileDir != "" {
+			argv = append(argv, "--profiling")
 		}
 		return append(argv, servers...)
 	}, func(ports []int) string { return "http://" + loopback(ports[1]) + "/readyz" })
@@ -478,11 +492,16 @@ func (e *macroEnv) target(id string) pathTarget {
 
 // measure runs loadgen once for a path.
 func (e *macroEnv) measure(ctx context.Context, id string) (*loadgen.Result, error) {
+	return e.load(ctx, id, e.cfg.requests, e.cfg.duration)
+}
+
+// load runs loadgen for a path, bounded by requests and duration.
+func (e *macroEnv) load(ctx context.Context, id string, requests int, duration time.Duration) (*loadgen.Result, error) {
 	t := e.target(id)
 	files := e.cluster.PKI().Files
 	args := []string{"-ca-file", files.CACert, "-token-file", files.AdminToken,
 		"-protocol", e.cfg.protocol, "-concurrency", strconv.Itoa(e.cfg.concurrency),
-		"-requests", strconv.Itoa(e.cfg.requests), "-duration", e.cfg.duration.String(),
+		"-requests", strconv.Itoa(requests), "-duration", duration.String(),
 		"-warmup", strconv.Itoa(e.cfg.warmup), "-expect-status", strconv.Itoa(t.status)}
 	for _, u := range t.urls {
 		args = append(args, "-url", u)
@@ -490,7 +509,7 @@ func (e *macroEnv) measure(ctx context.Context, id string) (*loadgen.Result, err
 	for _, h := range t.headers {
 		args = append(args, "-header", h)
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.duration+2*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, duration+2*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, e.cfg.loadgen, args...)

@@ -149,6 +149,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&macro.requests, "requests", 20000, "upper bound on requests per macro measurement")
 	fs.DurationVar(&macro.duration, "duration", 4*time.Second, "upper bound on the time of a macro measurement")
 	fs.IntVar(&macro.warmup, "warmup", 200, "unrecorded requests before each macro measurement")
+	fs.StringVar(&macro.profileDir, "profile-dir", "", "after the rounds, write CPU and allocation profiles of skewgate serve under the load of its paths to this directory")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
