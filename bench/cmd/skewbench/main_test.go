@@ -25,8 +25,8 @@ import (
 // passingFigures meet every budget.
 var passingFigures = map[string]float64{
 	report.FigureReroutedAddedP50: 0.3, report.FigureReroutedRPS: 1.6, report.FigureForwardAddedP50: 1.0,
-	report.FigureForwardRPS: 0.99, report.FigureAPIsRPS: 3, report.FigurePluginRequestNs: 1500,
-	report.FigureDecideNs: 150, report.FigureDecideAllocs: 0, report.FigureMerge: 0.5,
+	report.FigureForwardRPS: 0.99, report.FigureAPIsRPS: 3, report.FigurePluginOverNative: 12,
+	report.FigureRouting: 0.2, report.FigureDecideAllocs: 0, report.FigureMerge: 0.5,
 	report.FigureNodeLocalAddedP50: 1.05, report.FigureNodeLocalRSS: 48, report.FigureNodeLocalReadyWarm: 0.5,
 	report.FigureNodeLocalReadyCold: 2.5,
 }
@@ -63,7 +63,7 @@ func TestCheckPrintsAVerdictPerBudgetForTheNewestResults(t *testing.T) {
 		{"every budget met", passingFigures, 0, 0, ""},
 		{"one budget missed", failing, 1, 1, "FAIL  no re-route: skewgate's rps >= 0.95"},
 		{"node-local memory over budget", tooBig, 1, 1, "FAIL  node-local skewgate: resident memory (VmRSS) after the rounds <= 64 MiB: 65 (budget <= 64)"},
-		{"figures missing", map[string]float64{}, 1, len(report.Budgets), "FAIL  Decide <= 200 ns: missing"},
+		{"figures missing", map[string]float64{}, 1, len(report.Budgets), "FAIL  ParseRequestInfo+Decide <= 0.25 x upstream's RequestInfo + lookup (all request kinds): missing"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -136,7 +136,7 @@ func TestAddMicroTakesRatiosWithinEachRunThenTheMedian(t *testing.T) {
 		{"routing.get.skewgate_over_upstream", []float64{0.25, 0.5, 0.5}, 0.5},
 		{"routing.list.skewgate_over_upstream", []float64{0.5, 0.25, 1}, 0.5},
 		// The mix: (100+300)/(400+600), (200+300)/(400+1200), (150+300)/(300+300).
-		{"routing.all.skewgate_over_upstream", []float64{0.4, 0.3125, 0.75}, 0.4},
+		{FigureRouting, []float64{0.4, 0.3125, 0.75}, 0.4},
 		{FigureMerge, []float64{0.9, 1, 1.1}, 1},
 		{FigureDecideNs, []float64{150, 190, 210}, 190},
 		{FigureDecideAllocs, []float64{0, 0, 0}, 0},
@@ -188,6 +188,8 @@ func TestAddMicroDerivesPluginFigures(t *testing.T) {
 		{"plugin.reroute.stream_over_native", []float64{35, 35}, 35},
 		// The budget covers API requests: the plugin answering discovery is not one.
 		{FigurePluginRequestNs, []float64{1900, 1700}, 1800},
+		// Per run, the slower API request shape over its own native decision.
+		{FigurePluginOverNative, []float64{19, 17}, 18},
 		{"plugin.discovery-not-modified.wasm_over_native", []float64{90, 90}, 90},
 		{"plugin.configure.vms=2.over_native", []float64{30, 20}, 25},
 	}
@@ -368,7 +370,7 @@ func TestVerdictLines(t *testing.T) {
 func TestEveryBudgetNamesAFigureTheHarnessProduces(t *testing.T) {
 	produced := map[string]bool{
 		FigureReroutedAddedP50: true, FigureReroutedRPS: true, FigureForwardAddedP50: true, FigureForwardRPS: true,
-		FigureAPIsRPS: true, FigurePluginRequestNs: true, FigureDecideNs: true, FigureDecideAllocs: true, FigureMerge: true,
+		FigureAPIsRPS: true, FigurePluginOverNative: true, FigureRouting: true, FigureDecideAllocs: true, FigureMerge: true,
 		FigureNodeLocalAddedP50: true, FigureNodeLocalRSS: true, FigureNodeLocalReadyWarm: true, FigureNodeLocalReadyCold: true,
 	}
 	for _, b := range Budgets {

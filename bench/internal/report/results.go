@@ -333,6 +333,8 @@ const (
 	FigureForwardRPS       = "forward.rps.skewgate_over_plain"
 	FigureAPIsRPS          = "apis.rps.skewgate_over_apiserver"
 	FigurePluginRequestNs  = "plugin.request.max_ns"
+	FigurePluginOverNative = "plugin.request.max_wasm_over_native"
+	FigureRouting          = "routing.all.skewgate_over_upstream"
 	FigureDecideNs         = "decide.max_ns"
 	FigureDecideAllocs     = "decide.max_allocs"
 	FigureMerge            = "merge.skewgate_over_upstream"
@@ -372,7 +374,7 @@ func (r *Results) AddMicro(lines []BenchLine) {
 			pairRatios(runs[base+"skewgate"], runs[base+"upstream"], "ns/op"))
 	}
 	if ks := kinds(names, benchRouting, "/skewgate"); len(ks) > 0 {
-		r.addFigure(GroupMicro, "routing.all.skewgate_over_upstream", "ParseRequestInfo+Decide / upstream, all request kinds", "ratio",
+		r.addFigure(GroupMicro, FigureRouting, "ParseRequestInfo+Decide / upstream, all request kinds", "ratio",
 			sumRatios(runs, ks, benchRouting, "/skewgate", "/upstream"))
 	}
 	if decide := withPrefix(names, benchDecide); len(decide) > 0 {
@@ -394,14 +396,19 @@ func (r *Results) AddMicro(lines []BenchLine) {
 	// The request budget covers API requests, forwarded or re-routed; the
 	// plugin answering discovery itself is reported by its ratios above.
 	var resourceCalls []string
+	var resourceRatios [][]float64
 	for _, kind := range pluginKinds {
 		if !strings.HasPrefix(kind, "discovery") {
-			resourceCalls = append(resourceCalls, benchPluginRequest+kind+"/wasm")
+			base := benchPluginRequest + kind + "/"
+			resourceCalls = append(resourceCalls, base+"wasm")
+			resourceRatios = append(resourceRatios, pairRatios(runs[base+"wasm"], runs[base+"native"], "ns/op"))
 		}
 	}
 	if len(resourceCalls) > 0 {
 		r.addFigure(GroupMicro, FigurePluginRequestNs, "plugin request-headers call in wazero, slowest API request shape", "ns/op",
 			perRunMax(runs, resourceCalls, "ns/op"))
+		r.addFigure(GroupMicro, FigurePluginOverNative, "plugin request-headers call in wazero / native Decide, slowest API request shape", "ratio",
+			elementwiseMax(resourceRatios))
 	}
 	for _, name := range withPrefix(names, benchConfigure+"instances=") {
 		vms := strings.TrimPrefix(name, benchConfigure+"instances=")
@@ -472,6 +479,22 @@ func sumRatios(runs map[string][]BenchLine, kinds []string, prefix, a, b string)
 }
 
 // perRunMax is, per run, the largest value of unit among the benchmarks.
+// elementwiseMax is, per run, the largest of the series' values.
+func elementwiseMax(series [][]float64) []float64 {
+	n := math.MaxInt
+	for _, s := range series {
+		n = min(n, len(s))
+	}
+	out := make([]float64, n)
+	for run := range out {
+		out[run] = math.Inf(-1)
+		for _, s := range series {
+			out[run] = math.Max(out[run], s[run])
+		}
+	}
+	return out
+}
+
 func perRunMax(runs map[string][]BenchLine, names []string, unit string) []float64 {
 	n := math.MaxInt
 	for _, name := range names {
