@@ -395,7 +395,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(rec, &apierrors.NewBadRequest(err.Error()).ErrStatus)
 		return
 	}
-	out := g.opts.Plugin.HandleRequestHeaders(r.Context(), req)
+	defer req.release()
+	out := g.opts.Plugin.HandleRequestHeaders(r.Context(), &req.Request)
 	verdict = out.Verdict
 	if r.Context().Err() != nil {
 		// The client left while the plugin ran or its call was pending: there

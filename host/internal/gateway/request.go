@@ -7,9 +7,11 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/textproto"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/host/internal/wasmhost"
@@ -24,7 +26,7 @@ import (
 // X-Forwarded-For (use_remote_address): the gateway faces clients directly,
 // so the peer is the only address it knows to be true. Whatever the plugin
 // then sets is never subject to the client's Connection tokens.
-func pluginRequest(r *http.Request) (*wasmhost.Request, error) {
+func pluginRequest(r *http.Request) (*pooledRequest, error) {
 	upgrade := upgradeType(r.Header) != ""
 	nominated, err := nominatedHeaders(r.Header)
 	if err != nil {
@@ -34,8 +36,8 @@ func pluginRequest(r *http.Request) (*wasmhost.Request, error) {
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	headers := make([][2]string, 0, 4+len(r.Header)+2)
-	headers = append(headers,
+	p := requestPool.Get().(*pooledRequest)
+	headers := append(p.Headers[:0],
 		[2]string{":method", r.Method},
 		[2]string{":path", requestTarget(r)},
 		[2]string{":authority", r.Host},
@@ -43,14 +45,14 @@ func pluginRequest(r *http.Request) (*wasmhost.Request, error) {
 	)
 	// Go keeps the order of one field's values but not across fields; sorting
 	// makes what the plugin sees deterministic.
-	names := make([]string, 0, len(r.Header))
+	names := p.names[:0]
 	for name := range r.Header {
 		names = append(names, name)
 	}
 	slices.Sort(names)
 	var forwardedFor []string
 	for _, name := range names {
-		lower := strings.ToLower(name)
+		lower := lowerHeaderName(name)
 		switch {
 		case nominated[lower], lower == "x-real-ip", lower == "forwarded":
 			continue
@@ -64,17 +66,68 @@ func pluginRequest(r *http.Request) (*wasmhost.Request, error) {
 			headers = append(headers, [2]string{lower, v})
 		}
 	}
+	clear(names)
+	p.names = names[:0]
 	if peer := peerIP(r.RemoteAddr); peer != "" {
 		// One field, as Envoy keeps it: kube-apiserver reads only the first
 		// X-Forwarded-For field.
-		headers = append(headers, [2]string{"x-forwarded-for", strings.Join(slices.Concat(forwardedFor, []string{peer}), ",")})
+		if len(forwardedFor) > 0 {
+			peer = strings.Join(forwardedFor, ",") + "," + peer
+		}
+		headers = append(headers, [2]string{"x-forwarded-for", peer})
 	}
-	return &wasmhost.Request{
+	p.Request = wasmhost.Request{
 		Headers:     headers,
 		EndOfStream: r.ContentLength == 0,
-		Properties:  properties(r),
-	}, nil
+		Properties:  properties(r, &p.tls),
+	}
+	return p, nil
 }
+
+// pooledRequest is a plugin request with the buffers it is built in, reused
+// from one request to the next.
+type pooledRequest struct {
+	wasmhost.Request
+	tls   wasmhost.TLSProperties
+	names []string
+}
+
+var requestPool = sync.Pool{New: func() any { return new(pooledRequest) }}
+
+// release returns the request to the pool once neither it nor the outcome
+// of the plugin that saw it is used any more (the failure policy may forward
+// the request's own headers).
+func (p *pooledRequest) release() {
+	clear(p.Headers)
+	p.Request = wasmhost.Request{Headers: p.Headers[:0]}
+	p.tls = wasmhost.TLSProperties{}
+	requestPool.Put(p)
+}
+
+// lowerHeaderName is name as Envoy stores it, lower-cased, without
+// allocating for the fields Kubernetes clients send.
+func lowerHeaderName(name string) string {
+	if lower, ok := commonLowerNames[name]; ok {
+		return lower
+	}
+	return strings.ToLower(name)
+}
+
+var commonLowerNames = func() map[string]string {
+	m := map[string]string{}
+	for _, lower := range []string{
+		"accept", "accept-encoding", "accept-language", "audit-id", "authorization", "cache-control", "connection",
+		"content-encoding", "content-length", "content-type", "cookie", "forwarded", "if-match", "if-modified-since",
+		"if-none-match", "impersonate-group", "impersonate-uid", "impersonate-user", "keep-alive", "kubectl-command",
+		"kubectl-session", "origin", "proxy-connection", "sec-websocket-extensions", "sec-websocket-key",
+		"sec-websocket-protocol", "sec-websocket-version", "te", "trailer", "transfer-encoding", "upgrade",
+		"user-agent", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip",
+		"x-kubernetes-peer-proxied", "x-remote-group", "x-remote-uid", "x-remote-user", "x-stream-protocol-version",
+	} {
+		m[textproto.CanonicalMIMEHeaderKey(lower)] = lower
+	}
+	return m
+}()
 
 // connectionHeaders are the hop-by-hop fields Envoy's connection manager
 // removes before the filters run; Connection and Upgrade stay on upgrades.
@@ -184,23 +237,25 @@ func requestTarget(r *http.Request) string {
 	return r.URL.RequestURI()
 }
 
-func properties(r *http.Request) wasmhost.Properties {
+// properties are the request's attributes; a TLS session's are written to t.
+func properties(r *http.Request, t *wasmhost.TLSProperties) wasmhost.Properties {
 	p := wasmhost.Properties{RequestProtocol: protocolName(r)}
 	p.SourceAddress, p.SourcePort = splitAddress(r.RemoteAddr)
 	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
-		p.DestinationAddress, p.DestinationPort = splitAddress(local.String())
+		p.Destination = local
 	}
 	if r.TLS != nil {
-		p.TLS = tlsProperties(r.TLS)
+		tlsProperties(r.TLS, t)
+		p.TLS = t
 	}
 	return p
 }
 
-// tlsProperties describe the downstream TLS session. Only a certificate the
+// tlsProperties writes to t the downstream TLS session's attributes. Only a certificate the
 // gateway verified counts: its leaf becomes subject_peer_certificate and
 // sha256_peer_certificate_digest (lower-case hex, as Envoy spells it).
-func tlsProperties(cs *tls.ConnectionState) *wasmhost.TLSProperties {
-	t := &wasmhost.TLSProperties{
+func tlsProperties(cs *tls.ConnectionState, t *wasmhost.TLSProperties) {
+	*t = wasmhost.TLSProperties{
 		Version:             tlsVersionName(cs.Version),
 		RequestedServerName: cs.ServerName,
 	}
@@ -213,7 +268,6 @@ func tlsProperties(cs *tls.ConnectionState) *wasmhost.TLSProperties {
 			t.SHA256PeerCertificateDigest = hex.EncodeToString(digest[:])
 		}
 	}
-	return t
 }
 
 // tlsVersionName spells the version as Envoy's connection.tls_version does.

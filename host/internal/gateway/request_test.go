@@ -52,7 +52,7 @@ func TestPluginSeesTheRequestAsEnvoyPresentsIt(t *testing.T) {
 		t.Error("a request without a body must end the stream with its headers")
 	}
 	p := got.Properties
-	if p.SourceAddress != "192.0.2.7:51234" || p.SourcePort != 51234 || p.DestinationAddress != "10.0.0.1:6443" || p.DestinationPort != 6443 {
+	if p.SourceAddress != "192.0.2.7:51234" || p.SourcePort != 51234 || p.Destination.String() != "10.0.0.1:6443" {
 		t.Errorf("addresses %+v", p)
 	}
 	if p.RequestProtocol != "HTTP/1.1" {

@@ -89,6 +89,9 @@ type slot struct {
 	job      workerJob
 	start    chan struct{}
 	finished chan struct{}
+	// outcome is what the worker's start of a stream decided, kept here so
+	// that a request hands the worker no memory of its own.
+	outcome Outcome
 }
 
 // workerJob is one turn of a slot's worker: fn if set, else the start of a stream for req, whose stream is left
@@ -263,8 +266,10 @@ func (h *Host) HandleRequestHeaders(ctx context.Context, req *Request) Outcome {
 		return out
 	}
 	inst := s.inst
-	s.job = workerJob{ctx: ctx, req: req, out: &out}
-	if !h.startOnWorker(s) {
+	s.job = workerJob{ctx: ctx, req: req, out: &s.outcome}
+	started := h.startOnWorker(s)
+	out, s.outcome = s.outcome, Outcome{}
+	if !started {
 		h.applyFailurePolicy(req, &out, ErrClosed)
 	}
 	paused := s.job.paused
@@ -275,8 +280,15 @@ func (h *Host) HandleRequestHeaders(ctx context.Context, req *Request) Outcome {
 	s.job = workerJob{}
 	h.putBack(s)
 	if paused != nil {
-		h.awaitCalls(ctx, s, inst, paused, calls, req, &out)
+		return h.awaitPaused(ctx, s, inst, paused, calls, req, out)
 	}
+	return out
+}
+
+// awaitPaused finishes a stream that waits for HTTP calls, with the slot given
+// back meanwhile.
+func (h *Host) awaitPaused(ctx context.Context, s *slot, inst *instance, st *stream, calls streamCalls, req *Request, out Outcome) Outcome {
+	h.awaitCalls(ctx, s, inst, st, calls, req, &out)
 	return out
 }
 

@@ -3,6 +3,7 @@ package wasmhost
 import (
 	"encoding/binary"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 )
@@ -275,9 +276,15 @@ func (inst *instance) getProperty(path []byte, ptrPtr, sizePtr uint32) status {
 	case "source\x00port":
 		return integer(p.SourcePort)
 	case "destination\x00address":
-		return optional(p.DestinationAddress)
+		if p.Destination == nil {
+			return statusNotFound
+		}
+		return optional(p.Destination.String())
 	case "destination\x00port":
-		return integer(p.DestinationPort)
+		if a, ok := p.Destination.(*net.TCPAddr); ok {
+			return integer(int64(a.Port))
+		}
+		return statusNotFound
 	case "request\x00protocol":
 		return optional(p.RequestProtocol)
 	case "connection\x00mtls":

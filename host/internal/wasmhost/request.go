@@ -1,6 +1,9 @@
 package wasmhost
 
-import "strings"
+import (
+	"net"
+	"strings"
+)
 
 // Request is what HandleRequestHeaders hands to the plugin.
 type Request struct {
@@ -22,10 +25,9 @@ type Properties struct {
 	SourceAddress string
 	// SourcePort is source.port.
 	SourcePort int64
-	// DestinationAddress is destination.address, the local address the request arrived on, as "ip:port".
-	DestinationAddress string
-	// DestinationPort is destination.port.
-	DestinationPort int64
+	// Destination is the local address the request arrived on: destination.address as "ip:port" and
+	// destination.port, spelled out only when the plugin asks, so that a request pays nothing for them.
+	Destination net.Addr
 	// RequestProtocol is request.protocol: "HTTP/1.0", "HTTP/1.1", "HTTP/2" or "HTTP/3".
 	RequestProtocol string
 	// TLS describes the downstream TLS session; nil for a plaintext connection, which makes the TLS attributes
