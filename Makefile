@@ -75,10 +75,11 @@ fuzz:
 
 # Micro and macro benchmarks side by side (real kube-apiservers, skewgate, a
 # plain reverse proxy, upstream's in-server proxy); writes bench/results/.
+# BENCH_FLAGS passes options to skewbench run, e.g. -profile-dir=build/profiles.
 bench: build test-binaries
 	$(GO) build -trimpath -o bin/loadgen ./bench/cmd/loadgen
 	$(GO) build -trimpath -o bin/skewbench ./bench/cmd/skewbench
-	bin/skewbench run
+	bin/skewbench run $(BENCH_FLAGS)
 
 # Compares the newest results with the budgets; PASS/FAIL per line.
 bench-check:
