@@ -104,7 +104,7 @@ type macroEnv struct {
 	// skewgateMetricsURL is skewgate's metrics listener, which serves its
 	// profiles when -profile-dir is given.
 	skewgateMetricsURL string
-	plainURL    string
+	plainURL           string
 	// The node-local paths' hops: the plain and the TCP proxy in front of
 	// serverOld alone, and node-local skewgate, whose local server it is.
 	plainLocalURL, tcpLocalURL, nodeLocalURL string

@@ -162,6 +162,7 @@ func TestAddMicroTakesRatiosWithinEachRunThenTheMedian(t *testing.T) {
 func TestAddMicroDerivesPluginFigures(t *testing.T) {
 	runs := map[string][]float64{
 		"BenchmarkPluginRequestHeaders/forward/native":                     {100, 100},
+		"BenchmarkPluginRequestHeaders/forward/decide-wasm":                {1000, 1200},
 		"BenchmarkPluginRequestHeaders/forward/wasm":                       {1500, 1700},
 		"BenchmarkPluginRequestHeaders/forward/wasm-stream":                {3000, 3000},
 		"BenchmarkPluginRequestHeaders/reroute/native":                     {100, 100},
@@ -185,6 +186,7 @@ func TestAddMicroDerivesPluginFigures(t *testing.T) {
 		wantMedian float64
 	}{
 		{"plugin.forward.wasm_over_native", []float64{15, 17}, 16},
+		{"plugin.forward.decide_wasm_over_native", []float64{10, 12}, 11},
 		{"plugin.reroute.stream_over_native", []float64{35, 35}, 35},
 		// The budget covers API requests: the plugin answering discovery is not one.
 		{FigurePluginRequestNs, []float64{1900, 1700}, 1800},

@@ -392,6 +392,10 @@ func (r *Results) AddMicro(lines []BenchLine) {
 			pairRatios(runs[base+"wasm"], runs[base+"native"], "ns/op"))
 		r.addFigure(GroupMicro, "plugin."+kind+".stream_over_native", "whole plugin stream in wazero / native Decide: "+kind, "ratio",
 			pairRatios(runs[base+"wasm-stream"], runs[base+"native"], "ns/op"))
+		if decideWasm, ok := runs[base+"decide-wasm"]; ok {
+			r.addFigure(GroupMicro, "plugin."+kind+".decide_wasm_over_native", "Decide compiled to Wasm, in wazero / native Decide: "+kind, "ratio",
+				pairRatios(decideWasm, runs[base+"native"], "ns/op"))
+		}
 	}
 	// The request budget covers API requests, forwarded or re-routed; the
 	// plugin answering discovery itself is reported by its ratios above.

@@ -6,8 +6,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
@@ -172,6 +180,39 @@ func pluginBenchRequests(ix *discovery.Index) []pluginBenchRequest {
 
 var pluginSinkAction discovery.Action
 
+// decideInWasm is testdata/decide, the decision core alone built as the plugin
+// is, instantiated once in wazero with its index set up: its exported decide
+// function decides one of pluginBenchRequests' shapes n times.
+var decideInWasm = sync.OnceValues(func() (api.Function, error) {
+	dir, err := os.MkdirTemp("", "wasmhost-decide-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	out := filepath.Join(dir, "decide.wasm")
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w", "-o", out, "./testdata/decide")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building testdata/decide: %v\n%s", err, msg)
+	}
+	wasm, err := os.ReadFile(out)
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	// The runtime the plugin host makes, without the call bound serve leaves off.
+	rt := wazero.NewRuntime(ctx)
+	wasi_snapshot_preview1.MustInstantiate(ctx, rt)
+	mod, err := rt.InstantiateWithConfig(ctx, wasm, wazero.NewModuleConfig().WithStartFunctions("_initialize"))
+	if err != nil {
+		return nil, err
+	}
+	if res, err := mod.ExportedFunction("setup").Call(ctx); err != nil || res[0] != 0 {
+		return nil, fmt.Errorf("testdata/decide setup: %v %v", res, err)
+	}
+	return mod.ExportedFunction("decide"), nil
+})
+
 // BenchmarkPluginRequestHeaders compares, per request shape, the native
 // decision (request target split and Decide), the plugin's
 // proxy_on_request_headers callback with every host call it makes (wasm), and
@@ -181,7 +222,11 @@ func BenchmarkPluginRequestHeaders(b *testing.B) {
 	ix := benchIndex(b)
 	h := newBenchPluginHost(b, 1)
 	ctx := context.Background()
-	for _, r := range pluginBenchRequests(ix) {
+	guest, err := decideInWasm()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for kind, r := range pluginBenchRequests(ix) {
 		req := r.request()
 		if err := r.check(h.HandleRequestHeaders(ctx, req)); err != nil {
 			b.Fatalf("%s: %v", r.name, err)
@@ -197,6 +242,18 @@ func BenchmarkPluginRequestHeaders(b *testing.B) {
 					}
 					in.Path = path
 					pluginSinkAction = ix.Decide(&in, uint64(i)).Action
+				}
+			})
+			b.Run("decide-wasm", func(b *testing.B) {
+				in := r.decisionInput()
+				in.Path, _, _ = discovery.SplitRequestTarget(r.target)
+				want := ix.Decide(&in, 0).Action
+				res, err := guest.Call(ctx, uint64(kind), uint64(b.N))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if got := discovery.Action(int32(res[0])); got != want {
+					b.Fatalf("the decision core in Wasm decided %v; natively %v", got, want)
 				}
 			})
 			b.Run("wasm", func(b *testing.B) { benchmarkRequestHeadersCallback(b, h, req) })
