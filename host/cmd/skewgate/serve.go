@@ -54,7 +54,7 @@ func runServe(args []string, stderr io.Writer) error {
 	fs.IntVar(&cfg.Instances, "instances", 0, "plugin VM instances (default: GOMAXPROCS; 1 in node-local mode)")
 	fs.StringVar(&cfg.CompilationCacheDir, "compilation-cache-dir", "", "directory caching the compiled plugin across restarts")
 	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", gateway.DefaultRequestTimeout, "longest a request that is not long-running (not a watch, exec, attach, port-forward, proxy or log) may take; later it is answered 504")
-	fs.DurationVar(&cfg.PluginCallTimeout, "plugin-call-timeout", 0, "longest a plugin callback may run; an overrunning plugin VM is replaced. 0: unbounded, as in Envoy (a bound makes every callback interruptible, which doubles its cost)")
+	fs.DurationVar(&cfg.PluginCallTimeout, "plugin-call-timeout", 0, "longest a plugin callback may run; an overrunning plugin VM is replaced. 0: unbounded, as in Envoy (a bound makes every callback interruptible, which makes it 1.4–1.9 times as costly)")
 	fs.DurationVar(&cfg.ShutdownDelay, "shutdown-delay-duration", 0, "after SIGTERM, how long /readyz fails while both listeners keep serving, so that load balancers move away before the gateway stops accepting")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", serve.DefaultShutdownTimeout, "how long in-flight requests may finish once the listeners stop accepting; longer ones (watches) are then cut")
 	logs.Register(fs, "info")
