@@ -94,13 +94,12 @@ type slot struct {
 	outcome Outcome
 }
 
-// workerJob is one turn of a slot's worker: fn if set, else the start of a stream for req, whose stream is left
-// in paused if it waits for HTTP calls.
+// workerJob is one turn of a slot's worker: fn if set, else the start of a stream for req, whose outcome goes to
+// the slot's outcome and whose stream is left in paused if it waits for HTTP calls.
 type workerJob struct {
 	fn     func()
 	ctx    context.Context
 	req    *Request
-	out    *Outcome
 	paused *stream
 }
 
@@ -266,7 +265,7 @@ func (h *Host) HandleRequestHeaders(ctx context.Context, req *Request) Outcome {
 		return out
 	}
 	inst := s.inst
-	s.job = workerJob{ctx: ctx, req: req, out: &s.outcome}
+	s.job = workerJob{ctx: ctx, req: req}
 	started := h.startOnWorker(s)
 	out, s.outcome = s.outcome, Outcome{}
 	if !started {
@@ -321,7 +320,7 @@ func (h *Host) runWorker(s *slot) {
 			if j := &s.job; j.fn != nil {
 				j.fn()
 			} else {
-				j.paused = s.inst.startStream(j.ctx, j.req, j.out)
+				j.paused = s.inst.startStream(j.ctx, j.req, &s.outcome)
 			}
 			s.finished <- struct{}{}
 		case <-h.done:
