@@ -500,22 +500,11 @@ func elementwiseMax(series [][]float64) []float64 {
 }
 
 func perRunMax(runs map[string][]BenchLine, names []string, unit string) []float64 {
-	n := math.MaxInt
-	for _, name := range names {
-		n = min(n, len(runs[name]))
+	series := make([][]float64, len(names))
+	for i, name := range names {
+		series[i] = metricRuns(runs[name], unit)
 	}
-	out := make([]float64, n)
-	for run := range out {
-		out[run] = math.Inf(-1)
-		for _, name := range names {
-			v, ok := runs[name][run].Metrics[unit]
-			if !ok {
-				v = math.NaN()
-			}
-			out[run] = math.Max(out[run], v)
-		}
-	}
-	return out
+	return elementwiseMax(series)
 }
 
 // kinds lists X for every name prefix+X+suffix, X without a slash.
