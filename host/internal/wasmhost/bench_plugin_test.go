@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -190,10 +189,8 @@ var decideInWasm = sync.OnceValues(func() (api.Function, error) {
 	}
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, "decide.wasm")
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w", "-o", out, "./testdata/decide")
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building testdata/decide: %v\n%s", err, msg)
+	if err := buildReactor("./testdata/decide", out); err != nil {
+		return nil, err
 	}
 	wasm, err := os.ReadFile(out)
 	if err != nil {

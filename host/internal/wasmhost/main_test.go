@@ -31,13 +31,22 @@ func runTests(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	guestWasmPath = filepath.Join(dir, "guest.wasm")
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", guestWasmPath, "./testdata/guest")
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the test guest: %v\n%s", err, out)
+	if err := buildReactor("./testdata/guest", guestWasmPath); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return m.Run()
+}
+
+// buildReactor builds the Go package pkg as a wasip1 reactor module at out, as
+// the plugin is built.
+func buildReactor(pkg, out string) error {
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building %s: %v\n%s", pkg, err, msg)
+	}
+	return nil
 }
 
 var (
