@@ -86,13 +86,38 @@ func identityFromSubject(subject string) (certIdentity, error) {
 	}
 	// Restore certificate order, which is the order kube-apiserver reports groups in.
 	slices.Reverse(id.Groups)
-	for _, v := range append([]string{id.User, id.UID}, id.Groups...) {
-		if strings.ContainsFunc(v, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-			return certIdentity{}, errors.New("client certificate subject contains control characters")
-		}
+	if !carriedUnchanged(id.User) || (haveUID && !carriedUnchanged(id.UID)) || slices.ContainsFunc(id.Groups, notCarriedUnchanged) {
+		return certIdentity{}, errNotCarriedUnchanged
 	}
 	return id, nil
 }
+
+var errNotCarriedUnchanged = errors.New("client certificate subject has a common name, organization or UID that is empty, " +
+	"begins or ends with a space or tab, or contains control characters: no request header carries it unchanged")
+
+// carriedUnchanged reports whether v, asserted in a request header, reaches
+// kube-apiserver's request-header authenticator byte for byte over HTTP/1.1
+// and HTTP/2 alike: whether it is one RFC 9110 field-content (a visible or
+// non-ASCII byte first and last, spaces and tabs only between). An HTTP/1.1
+// parser drops leading and trailing spaces and tabs, as RFC 9110 asks (Go's
+// writer trims them before sending), RFC 9113 forbids them in HTTP/2, the
+// authenticator ignores an empty value, and other control characters are
+// refused or rewritten on the way.
+func carriedUnchanged(v string) bool {
+	if v == "" || isSpaceOrTab(v[0]) || isSpaceOrTab(v[len(v)-1]) {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func notCarriedUnchanged(v string) bool { return !carriedUnchanged(v) }
+
+func isSpaceOrTab(c byte) bool { return c == ' ' || c == '\t' }
 
 // derString decodes an attribute value OpenSSL dumped as '#' and hex DER the
 // way Go's crypto/x509, which kube-apiserver reads certificates with, decodes

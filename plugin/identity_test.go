@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,11 +11,14 @@ import (
 	"encoding/asn1"
 	"encoding/hex"
 	"math/big"
+	"net/http"
+	"net/textproto"
 	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
+	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
 )
 
@@ -39,6 +44,19 @@ func TestIdentityFromSubjectMapsLikeTheX509Authenticator(t *testing.T) {
 		{subject: `CN=a\`, wantErr: true},
 		{subject: "garbage", wantErr: true},
 		{subject: `CN=evil\0Aline`, wantErr: true},
+		// Only what a request header carries unchanged is asserted: HTTP/1.1
+		// trims leading and trailing spaces and tabs, and kube-apiserver's
+		// request-header authenticator drops empty values.
+		{subject: `CN=mallory,O=\ system:masters`, wantErr: true},
+		{subject: `CN=lab-admin\ `, wantErr: true},
+		{subject: `CN=\09lab-admin`, wantErr: true},
+		{subject: `CN=jane,O=system:masters\09`, wantErr: true},
+		{subject: `CN=jane,O=dev,O=`, wantErr: true},
+		{subject: `CN=jane,O=\ `, wantErr: true},
+		{subject: `CN=del\7F`, wantErr: true},
+		{subject: "CN=alice,1.3.6.1.4.1.57683.2=#0C03203131", wantErr: true},
+		{subject: `CN=lab admin\09x,O=on call,O=a\2Cb`, user: "lab admin\tx", groups: []string{"a,b", "on call"}},
+		{subject: "CN=alice,1.3.6.1.4.1.57683.2=#0C03312031", user: "alice", uid: "1 1"},
 		// The Kubernetes UID attribute, printed as its OID and '#' with the hex of its DER.
 		{subject: "CN=alice,1.3.6.1.4.1.57683.2=#0C0475696431,O=dev", user: "alice", uid: "uid1", groups: []string{"dev"}},
 		{subject: "1.3.6.1.4.1.57683.2=#1303753D31+CN=alice", user: "alice", uid: "u=1"},
@@ -165,9 +183,19 @@ func TestUIDAttributeDecodesAsKubeAPIServerReadsIt(t *testing.T) {
 	}
 }
 
+// FuzzIdentityFromSubject: what is accepted is asserted unchanged. The user,
+// UID and groups, written by Go's HTTP/1.1 header writer and read by its
+// parser (the hop that trims whitespace; a value that survives it is a valid
+// HTTP/2 field value too), are what kube-apiserver's request-header
+// authenticator reads back.
 func FuzzIdentityFromSubject(f *testing.F) {
-	for _, s := range []string{"CN=alice,O=dev", `CN=a\2C b`, `CN=\`, "O=x+CN=y", "CN=a,1.3.6.1.4.1.57683.2=#1E0400FC0041"} {
+	for _, s := range []string{"CN=alice,O=dev", `CN=a\2C b`, `CN=\`, "O=x+CN=y", "CN=a,1.3.6.1.4.1.57683.2=#1E0400FC0041",
+		`CN=mallory,O=\ system:masters`, `CN=lab-admin\ `, `CN=a\09b,O=`, "CN=a,1.3.6.1.4.1.57683.2=#0C022031"} {
 		f.Add(s)
+	}
+	fromHeaders, err := headerrequest.New([]string{"X-Remote-User"}, []string{"X-Remote-Uid"}, []string{"X-Remote-Group"}, nil)
+	if err != nil {
+		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, subject string) {
 		id, err := identityFromSubject(subject)
@@ -177,8 +205,29 @@ func FuzzIdentityFromSubject(f *testing.F) {
 		if id.User == "" {
 			t.Fatal("accepted a subject without a user")
 		}
-		if !utf8.ValidString(id.UID) || strings.ContainsAny(id.UID, "\r\n\x00") {
-			t.Fatalf("accepted UID %q, which no header can carry", id.UID)
+		if !utf8.ValidString(id.UID) {
+			t.Fatalf("accepted UID %q, which is no string kube-apiserver reads", id.UID)
+		}
+		sent := http.Header{"X-Remote-User": {id.User}, "X-Remote-Group": id.Groups}
+		if id.UID != "" {
+			sent["X-Remote-Uid"] = []string{id.UID}
+		}
+		var wire bytes.Buffer
+		if err := sent.Write(&wire); err != nil {
+			t.Fatal(err)
+		}
+		wire.WriteString("\r\n")
+		received, err := textproto.NewReader(bufio.NewReader(&wire)).ReadMIMEHeader()
+		if err != nil {
+			t.Fatalf("accepted %q, whose headers Go's HTTP/1.1 parser refuses: %v", sent, err)
+		}
+		got, ok, err := fromHeaders.AuthenticateRequest(&http.Request{Header: http.Header(received)})
+		if err != nil || !ok {
+			t.Fatalf("accepted %q, whose headers authenticate nobody: %v", sent, err)
+		}
+		if u := got.User; u.GetName() != id.User || u.GetUID() != id.UID || !slices.Equal(u.GetGroups(), id.Groups) {
+			t.Fatalf("accepted user %q uid %q groups %q, which the API server reads as user %q uid %q groups %q",
+				id.User, id.UID, id.Groups, u.GetName(), u.GetUID(), u.GetGroups())
 		}
 	})
 }

@@ -88,8 +88,9 @@ func checkNoFrontProxyCredential(t *testing.T, p Plugin) {
 
 // The certificates kube-apiserver's x509 authenticator refuses (several UIDs,
 // an empty one, one that is no string) and those the gateway cannot assert
-// exactly (no common name, control characters, no digest of the certificate
-// to name it by) are all answered 401.
+// exactly (no common name; a value no header carries unchanged: empty, with
+// leading or trailing whitespace, with control characters; no digest of the
+// certificate to name it by) are all answered 401.
 func unassertableClientCertificateIsRefusedWith401(t *testing.T, h Harness) {
 	frontProxy := Config(t, 1, map[string]any{"identityMode": "front-proxy"}, discoverytest.SkewedControlPlane())
 	const uid = "1.3.6.1.4.1.57683.2="
@@ -101,6 +102,14 @@ func unassertableClientCertificateIsRefusedWith401(t *testing.T, h Harness) {
 		{"empty UID", "CN=alice," + uid + "#0C00", testDigest},
 		{"UID that is no string", "CN=alice," + uid + "#020101", testDigest},
 		{"UID that is no DER", "CN=alice," + uid + "#0C05", testDigest},
+		// No header carries these unchanged: HTTP/1.1 trims the whitespace
+		// (" system:masters" would arrive as system:masters), and the API
+		// server's request-header authenticator drops an empty group.
+		{"organization with a leading space", `CN=mallory,O=\ system:masters`, testDigest},
+		{"common name with a trailing space", `CN=lab-admin\ ,O=dev`, testDigest},
+		{"common name with a leading tab", `CN=\09lab-admin`, testDigest},
+		{"empty organization", `CN=alice,O=dev,O=`, testDigest},
+		{"UID with a trailing space", "CN=alice," + uid + "#0C0475696420", testDigest},
 		{"no digest", testSubject, ""},
 		{"upper-case digest", testSubject, strings.ToUpper(testDigest)},
 	} {
@@ -140,14 +149,19 @@ func unassertableClientCertificateIsRefusedWith401(t *testing.T, h Harness) {
 }
 
 // A certificate is asserted as everything kube-apiserver's x509 authenticator
-// makes of it: the UID from its Kubernetes UID attribute and the credential id
+// makes of it, byte for byte: the UID from its Kubernetes UID attribute and the credential id
 // extra naming it by digest, in the request-header authenticator's spelling;
 // a client's own copies of those headers are gone.
 func frontProxyAssertsTheCertificatesUIDAndCredentialID(t *testing.T, h Harness) {
 	frontProxy := Config(t, 1, map[string]any{"identityMode": "front-proxy"}, discoverytest.SkewedControlPlane())
-	for _, c := range []struct{ name, subject, uid string }{
-		{"UTF8String", testSubjectWithUID, testUID},
-		{"BMPString in a multi-valued RDN", `1.3.6.1.4.1.57683.2=#1E0600FC002D0031+CN=alice\2C jr,O=dev,O=system:masters`, "ü-1"},
+	for _, c := range []struct {
+		name, subject, uid, user string
+		groups                   []string
+	}{
+		{"UTF8String", testSubjectWithUID, testUID, "alice, jr", []string{"system:masters", "dev"}},
+		{"BMPString in a multi-valued RDN", `1.3.6.1.4.1.57683.2=#1E0600FC002D0031+CN=alice\2C jr,O=dev,O=system:masters`, "ü-1", "alice, jr", []string{"system:masters", "dev"}},
+		// Spaces and tabs inside a value reach the API server as they are.
+		{"whitespace inside values", `CN=lab admin\09x,1.3.6.1.4.1.57683.2=#0C03752031,O=on call`, "u 1", "lab admin\tx", []string{"on call"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := start(t, h, StartOptions{Config: frontProxy, SubjectPeerCertificate: c.subject, SHA256PeerCertificateDigest: testDigest})
@@ -156,9 +170,9 @@ func frontProxyAssertsTheCertificatesUIDAndCredentialID(t *testing.T, h Harness)
 				t.Fatalf("not forwarded: %+v", res.Local)
 			}
 			want := map[string][]string{
-				"x-remote-user":    {"alice, jr"},
+				"x-remote-user":    {c.user},
 				"x-remote-uid":     {c.uid},
-				"x-remote-group":   {"system:masters", "dev"},
+				"x-remote-group":   c.groups,
 				credentialIDHeader: {"X509SHA256=" + testDigest},
 			}
 			got := map[string][]string{}
