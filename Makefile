@@ -22,6 +22,7 @@ FUZZ_TARGETS := \
 	./discovery:FuzzSplitRequestTarget \
 	./plugin:FuzzIdentityFromSubject \
 	./host/internal/gateway:FuzzSubjectRFC2253 \
+	./host/internal/gateway:FuzzAssertedIdentity \
 	./host/internal/wasmhost:FuzzDecodePairs \
 	./host/internal/wasmhost:FuzzGuestPointerReads
 

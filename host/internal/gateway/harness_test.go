@@ -77,6 +77,12 @@ type harnessConfig struct {
 	plugin PluginHost
 	// peerCA signs the backends' serving certificates; default a new CA.
 	peerCA *devpki.CA
+	// clientCA signs the client certificates the gateway verifies; default a
+	// new CA.
+	clientCA *devpki.CA
+	// http1Backends makes the standard backends offer HTTP/1.1 only, as an
+	// upstream an Envoy cluster reaches over HTTP/1.1.
+	http1Backends bool
 	// serving, when set, is a backend's TLS configuration; default a serving
 	// certificate from peerCA (foreignCA's for the clusters it lists).
 	serving func(cluster string) *tls.Config
@@ -115,7 +121,10 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	if cfg.peerCA == nil {
 		cfg.peerCA = mustCA(t, "peer-ca")
 	}
-	h := &harness{t: t, peerCA: cfg.peerCA, clientCA: mustCA(t, "client-ca"), hits: map[string]int{}}
+	if cfg.clientCA == nil {
+		cfg.clientCA = mustCA(t, "client-ca")
+	}
+	h := &harness{t: t, peerCA: cfg.peerCA, clientCA: cfg.clientCA, hits: map[string]int{}}
 	foreign := mustCA(t, "foreign-ca")
 
 	addresses := map[string]string{}
@@ -146,6 +155,9 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 				inner.ServeHTTP(w, r)
 			}))
 			backend.EnableHTTP2 = true
+			if cfg.http1Backends {
+				serving.NextProtos = []string{"http/1.1"}
+			}
 			backend.TLS = serving
 			backend.Config.ErrorLog = slog.NewLogLogger(quietLogger.Handler(), slog.LevelError)
 			backend.StartTLS()
@@ -227,9 +239,18 @@ func (h *harness) apply(servers []discoverytest.Server, addresses map[string]str
 	}
 }
 
-// client returns an HTTP client trusting the gateway; clientCert, when not
-// nil, is presented. http2 false forces HTTP/1.1.
+// client returns an HTTP client trusting the gateway, whose connections close
+// when the test ends; clientCert, when not nil, is presented. http2 false
+// forces HTTP/1.1.
 func (h *harness) client(clientCert *tls.Certificate, http2 bool) *http.Client {
+	c := h.unmanagedClient(clientCert, http2)
+	h.t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
+// unmanagedClient is client for callers that close its connections
+// themselves, such as fuzz iterations sharing one harness.
+func (h *harness) unmanagedClient(clientCert *tls.Certificate, http2 bool) *http.Client {
 	cfg := &tls.Config{RootCAs: h.peerCA.Pool(), MinVersion: tls.VersionTLS12}
 	if clientCert != nil {
 		cfg.Certificates = []tls.Certificate{*clientCert}
@@ -238,7 +259,6 @@ func (h *harness) client(clientCert *tls.Certificate, http2 bool) *http.Client {
 	protocols.SetHTTP1(true)
 	protocols.SetHTTP2(http2)
 	tr := &http.Transport{TLSClientConfig: cfg, Protocols: protocols, ForceAttemptHTTP2: http2}
-	h.t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
 }
 

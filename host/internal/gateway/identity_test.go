@@ -1,16 +1,26 @@
 package gateway
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
+	"fmt"
+	"maps"
 	"net/http"
-	"reflect"
+	"net/textproto"
+	"net/url"
 	"slices"
+	"strings"
 	"testing"
 
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/skewgate/skewgate/host/internal/devpki"
 )
 
 func TestFrontProxyCertificateIsPresentedOnlyForAssertedIdentities(t *testing.T) {
@@ -78,58 +88,220 @@ func TestClientConnectionTokensNeverRemoveTheAssertedIdentity(t *testing.T) {
 	}
 }
 
-// What the backend's request-header authenticator reads from the asserted
-// headers is what kube-apiserver's own x509 authenticator makes of the client
-// certificate: user, UID, groups and the credential id extra. A certificate
-// that authenticator refuses is answered 401 and reaches no backend.
+// TestAssertedIdentityIsWhatTheX509AuthenticatorMakesOfTheCertificate: what
+// the backend's request-header authenticator reads from the asserted headers is
+// what kube-apiserver's own x509 authenticator makes of the client certificate
+// (user, UID, groups, the credential id extra), over HTTP/2, over HTTP/1.1 and
+// through the upgrade path. A certificate that authenticator refuses, or whose
+// identity no header carries unchanged, is answered 401 and reaches no backend.
 func TestAssertedIdentityIsWhatTheX509AuthenticatorMakesOfTheCertificate(t *testing.T) {
-	h := newHarness(t, harnessConfig{identityMode: "front-proxy"})
-	// kube-apiserver's --requestheader-* flags as the test cluster sets them.
-	fromHeaders, err := headerrequest.New([]string{"X-Remote-User"}, []string{"X-Remote-Uid"}, []string{"X-Remote-Group"}, []string{"X-Remote-Extra-"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := newIdentityOracle(t)
 	uidOID := asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 57683, 2}
-	withUIDs := func(values ...any) pkix.Name {
-		name := pkix.Name{CommonName: "jane", Organization: []string{"developers", "system:masters"}}
+	withUIDs := func(name pkix.Name, values ...any) pkix.Name {
 		for _, v := range values {
 			name.ExtraNames = append(name.ExtraNames, pkix.AttributeTypeAndValue{Type: uidOID, Value: v})
 		}
 		return name
 	}
+	jane := pkix.Name{CommonName: "jane", Organization: []string{"developers", "system:masters"}}
 	for _, tc := range []struct {
 		name    string
 		subject pkix.Name
+		refused bool
 	}{
-		{"common name and organizations", withUIDs()},
-		{"UID", withUIDs("3f1c6a2e-uid")},
-		{"UID beyond ASCII", withUIDs("jürgen-ü")},
-		{"UID as BMPString", withUIDs(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagBMPString, Bytes: []byte{0, 'j', 0, 0xfc}})},
-		{"two UIDs", withUIDs("a", "b")},
-		{"empty UID", withUIDs("")},
+		{"common name and organizations", jane, false},
+		{"common name alone", pkix.Name{CommonName: "jane"}, false},
+		{"UID", withUIDs(jane, "3f1c6a2e-uid"), false},
+		{"UID beyond ASCII", withUIDs(jane, "jürgen-ü"), false},
+		{"UID as BMPString", withUIDs(jane, asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagBMPString, Bytes: []byte{0, 'j', 0, 0xfc}}), false},
+		{"two UIDs", withUIDs(jane, "a", "b"), true},
+		{"empty UID", withUIDs(jane, ""), true},
+		{"space and tab inside values", withUIDs(pkix.Name{CommonName: "lab admin", Organization: []string{"on\tcall"}}, "u 1"), false},
+		{"comma inside an organization", pkix.Name{CommonName: "jane", Organization: []string{"system:masters,developers"}}, false},
+		{"common name beyond ASCII", pkix.Name{CommonName: "jürgen", Organization: []string{"équipe"}}, false},
+		// HTTP/1.1 writers and parsers trim these, and the authenticator drops
+		// an empty value: what kube-apiserver would read is not what it is sent.
+		{"organization with a leading space", pkix.Name{CommonName: "mallory", Organization: []string{" system:masters"}}, true},
+		{"common name with a trailing space", pkix.Name{CommonName: "lab-admin ", Organization: []string{"developers"}}, true},
+		{"common name with a leading tab", pkix.Name{CommonName: "\tlab-admin"}, true},
+		{"organization with a trailing tab", pkix.Name{CommonName: "jane", Organization: []string{"system:masters\t"}}, true},
+		{"empty organization", pkix.Name{CommonName: "jane", Organization: []string{"developers", ""}}, true},
+		{"UID with a leading space", withUIDs(jane, " 3f1c6a2e-uid"), true},
+		{"common name with a line feed", pkix.Name{CommonName: "jane\nX-Remote-Group: system:masters"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cert := mustClient(t, h.clientCA, tc.subject)
-			want, ok, wantErr := x509request.CommonNameUserConversion.User([]*x509.Certificate{cert.Leaf})
-			before := h.totalHits()
-			resp, body := do(t, h.client(&cert, true), "GET", h.front.URL+newerOnly, nil, nil)
-			if wantErr != nil || !ok {
-				if resp.StatusCode != http.StatusUnauthorized || h.totalHits() != before {
-					t.Fatalf("status %d after %d backend requests, want 401 and none: kube-apiserver refuses it (%v): %s", resp.StatusCode, h.totalHits()-before, wantErr, body)
-				}
-				return
-			}
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("status %d: %s", resp.StatusCode, body)
-			}
-			asserted := &http.Request{Header: http.Header(decodeEcho(t, body).Headers)}
-			got, ok, err := fromHeaders.AuthenticateRequest(asserted)
-			if err != nil || !ok {
-				t.Fatalf("the asserted headers %v authenticate nobody: %v", asserted.Header, err)
-			}
-			if !reflect.DeepEqual(got.User, want.User) {
-				t.Errorf("asserted %+v\nx509 says %+v", got.User, want.User)
+			if refused := o.check(t, tc.subject); refused != tc.refused {
+				t.Errorf("refused %v, want %v", refused, tc.refused)
 			}
 		})
 	}
+}
+
+// FuzzAssertedIdentity holds the oracle test's property for any subject: a
+// common name, organizations separated by '|', and an optional UID attribute.
+// Go encodes each as a UTF8String, which holds valid UTF-8 only.
+func FuzzAssertedIdentity(f *testing.F) {
+	f.Add("jane", "developers|system:masters", "", false)
+	f.Add("mallory", " system:masters", "", false)
+	f.Add("lab-admin ", "", "", false)
+	f.Add("a\tb", "x|", "u 1", true)
+	f.Add("jürgen", "a,b", "", true)
+	o := newIdentityOracle(f)
+	f.Fuzz(func(t *testing.T, commonName, organizations, uid string, withUID bool) {
+		commonName, organizations, uid = validUTF8(commonName), validUTF8(organizations), validUTF8(uid)
+		subject := pkix.Name{CommonName: commonName}
+		if organizations != "" {
+			subject.Organization = strings.Split(organizations, "|")
+		}
+		if withUID {
+			subject.ExtraNames = []pkix.AttributeTypeAndValue{{Type: asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 57683, 2}, Value: uid}}
+		}
+		o.check(t, subject)
+	})
+}
+
+func validUTF8(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
+
+// identityOracle compares what the API server behind the gateway would
+// authenticate with what its x509 authenticator makes of the certificate
+// itself, on each way an asserted identity travels.
+type identityOracle struct {
+	clientCA *devpki.CA
+	// fromHeaders is kube-apiserver's request-header authenticator with the
+	// --requestheader-* flags the test clusters use.
+	fromHeaders authenticator.Request
+	paths       []identityPath
+}
+
+// identityPath is one way from a client to the backend: the gateway, whether
+// the client speaks HTTP/2, the headers it adds, and the protocol the backend
+// must have been reached with.
+type identityPath struct {
+	name      string
+	h         *harness
+	http2     bool
+	header    http.Header
+	wantProto string
+}
+
+func newIdentityOracle(t testing.TB) *identityOracle {
+	fromHeaders, err := headerrequest.New([]string{"X-Remote-User"}, []string{"X-Remote-Uid"}, []string{"X-Remote-Group"}, []string{"X-Remote-Extra-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCA := mustCA(t, "client-ca")
+	multiplexed := newHarness(t, harnessConfig{identityMode: "front-proxy", clientCA: clientCA})
+	http1 := newHarness(t, harnessConfig{identityMode: "front-proxy", clientCA: clientCA, http1Backends: true})
+	return &identityOracle{clientCA: clientCA, fromHeaders: fromHeaders, paths: []identityPath{
+		{"HTTP/2", multiplexed, true, nil, "HTTP/2.0"},
+		{"HTTP/1.1 backend", http1, true, nil, "HTTP/1.1"},
+		// Upgrades travel over HTTP/1.1 whatever the backend offers.
+		{"upgrade", multiplexed, false, http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}}, "HTTP/1.1"},
+	}}
+}
+
+// check sends a request with a certificate for subject along every path and
+// reports whether the gateway refused it. Go's x509 authenticator is the
+// oracle for the identity, Go's HTTP/1.1 header writer and parser for what a
+// header can carry: a certificate it refuses, or whose identity does not come
+// back unchanged from headers, must be answered 401 before any backend sees
+// it; every other one must reach the backend as exactly that identity.
+func (o *identityOracle) check(t *testing.T, subject pkix.Name) (refused bool) {
+	leaf, err := o.clientCA.Client(subject)
+	if err != nil {
+		t.Fatalf("issuing a certificate for %+v: %v", subject, err)
+	}
+	cert := leaf.TLSCertificate()
+	want, ok, x509Err := x509request.CommonNameUserConversion.User([]*x509.Certificate{leaf.Cert})
+	carried := ok && x509Err == nil && o.survivesHeaders(want.User)
+	for _, p := range o.paths {
+		client := p.h.unmanagedClient(&cert, p.http2)
+		before := p.h.totalHits()
+		resp, body := do(t, client, "GET", p.h.front.URL+newerOnly, p.header, nil)
+		client.CloseIdleConnections()
+		if !carried {
+			switch {
+			case resp.StatusCode == http.StatusOK:
+				t.Errorf("%s: the backend authenticates %s; want kube-apiserver's 401 without a backend request, since x509 authenticates %s (error %v), which headers do not carry unchanged",
+					p.name, describe(o.backendUser(t, p, body)), describe(userOf(want)), x509Err)
+			case resp.StatusCode != http.StatusUnauthorized || string(body) != unauthorizedStatus || p.h.totalHits() != before:
+				t.Errorf("%s: status %d after %d backend requests: %s; want kube-apiserver's 401 and none", p.name, resp.StatusCode, p.h.totalHits()-before, body)
+			}
+			continue
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: status %d, want the backend's answer for %s: %s", p.name, resp.StatusCode, describe(want.User), body)
+			continue
+		}
+		if got := o.backendUser(t, p, body); !sameUser(got, want.User) {
+			t.Errorf("%s: the backend authenticates %s\nx509 says             %s", p.name, describe(got), describe(want.User))
+		}
+	}
+	return !carried
+}
+
+// backendUser is whom the request-header authenticator finds in the headers
+// the echo backend reports in body, received as p says.
+func (o *identityOracle) backendUser(t *testing.T, p identityPath, body []byte) user.Info {
+	t.Helper()
+	e := decodeEcho(t, body)
+	if e.Proto != p.wantProto || (p.header != nil && e.Headers["Upgrade"] == nil) {
+		t.Fatalf("%s: the backend was reached over %s with Upgrade %q; want %s", p.name, e.Proto, e.Headers["Upgrade"], p.wantProto)
+	}
+	got, ok, err := o.fromHeaders.AuthenticateRequest(&http.Request{Header: http.Header(e.Headers)})
+	if err != nil || !ok {
+		t.Fatalf("%s: the asserted headers %v authenticate nobody: %v", p.name, e.Headers, err)
+	}
+	return got.User
+}
+
+// unauthorizedStatus is kube-apiserver's answer to a request no authenticator
+// accepts.
+const unauthorizedStatus = `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}`
+
+// survivesHeaders reports whether u comes back unchanged from the
+// request-header authenticator after its headers went through Go's HTTP/1.1
+// header writer and parser, the ones between a Go proxy and kube-apiserver.
+func (o *identityOracle) survivesHeaders(u user.Info) bool {
+	h := http.Header{"X-Remote-User": {u.GetName()}}
+	if u.GetUID() != "" {
+		h["X-Remote-Uid"] = []string{u.GetUID()}
+	}
+	h["X-Remote-Group"] = u.GetGroups()
+	for key, values := range u.GetExtra() {
+		h["X-Remote-Extra-"+url.PathEscape(key)] = values
+	}
+	var wire bytes.Buffer
+	if err := h.Write(&wire); err != nil {
+		return false
+	}
+	wire.WriteString("\r\n")
+	read, err := textproto.NewReader(bufio.NewReader(&wire)).ReadMIMEHeader()
+	if err != nil {
+		return false
+	}
+	got, ok, err := o.fromHeaders.AuthenticateRequest(&http.Request{Header: http.Header(read)})
+	return err == nil && ok && sameUser(got.User, u)
+}
+
+// sameUser compares identities as authorization sees them: no groups and an
+// empty list of groups are the same.
+func sameUser(a, b user.Info) bool {
+	return a.GetName() == b.GetName() && a.GetUID() == b.GetUID() && slices.Equal(a.GetGroups(), b.GetGroups()) &&
+		maps.EqualFunc(a.GetExtra(), b.GetExtra(), slices.Equal)
+}
+
+// describe spells an identity so that whitespace and control characters show.
+func describe(u user.Info) string {
+	if u == nil {
+		return "nobody"
+	}
+	return fmt.Sprintf("user %q uid %q groups %q extra %q", u.GetName(), u.GetUID(), u.GetGroups(), u.GetExtra())
+}
+
+func userOf(r *authenticator.Response) user.Info {
+	if r == nil {
+		return nil
+	}
+	return r.User
 }
