@@ -229,3 +229,124 @@ func TestFrontProxyIdentityIsWhatTheAPIServerSeesDirectly(t *testing.T) {
 		}
 	})
 }
+
+// TestWhitespaceInASubjectNeverBecomesAnotherIdentity is the reproduction of a certificate whose
+// organization is " system:masters" (a leading space) or whose common name is "lab-admin " (a
+// trailing space). Directly, the API servers read those values as they are and forbid the user
+// to list Secrets; an HTTP/1.1 hop trims a header's leading and trailing whitespace, so asserted
+// over HTTP/1.1, as every upgrade request is, they became system:masters and lab-admin, who may.
+// Through skewgate, in load-balancer and node-local mode, every way of sending the request gets
+// kube-apiserver's 401 instead.
+func TestWhitespaceInASubjectNeverBecomesAnotherIdentity(t *testing.T) {
+	cluster := sharedSkewed.get(t)
+	const labAdmin = "lab-admin"
+	grantClusterAdmin(t, cluster, labAdmin)
+	const secrets = "/api/v1/secrets"
+	ways := []struct {
+		name   string
+		http1  bool
+		header http.Header
+	}{
+		{"HTTP/2", false, nil},
+		{"HTTP/1.1", true, nil},
+		{"HTTP/1.1 upgrade", true, http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}}},
+	}
+	type impostor struct {
+		name string
+		cert tls.Certificate
+		// user is who the API servers take the certificate for.
+		user string
+	}
+	impostors := []impostor{
+		{`O=" system:masters"`, newClientCertificate(t, cluster, pkix.Name{CommonName: "mallory", Organization: []string{" system:masters"}}), "mallory"},
+		{`CN="lab-admin "`, newClientCertificate(t, cluster, pkix.Name{CommonName: labAdmin + " ", Organization: []string{"skewgate-e2e-team-a"}}), labAdmin + " "},
+	}
+
+	// What the trimmed identities may do is real: lab-admin and system:masters list every Secret,
+	// asked as an upgrade request asks.
+	for _, subject := range []pkix.Name{{CommonName: labAdmin}, {CommonName: "skewgate-e2e-master", Organization: []string{"system:masters"}}} {
+		direct := directClient(cluster, credentials{certs: []tls.Certificate{newClientCertificate(t, cluster, subject)}, http1: true})
+		eventually(t, fmt.Sprintf("%s may list Secrets on every server", subject), healthChangeTimeout, 200*time.Millisecond, func() error {
+			for _, s := range cluster.Servers() {
+				if resp, err := do(direct, http.MethodGet, s.URL+secrets, ways[2].header, nil); err != nil || resp.status != http.StatusOK {
+					return fmt.Errorf("%s: HTTP %d (%v)", s.Name, resp.status, err)
+				}
+			}
+			return nil
+		})
+		direct.CloseIdleConnections()
+	}
+	// Directly, every way of asking is forbidden to the impostors as they are.
+	for _, im := range impostors {
+		for _, way := range ways {
+			direct := directClient(cluster, credentials{certs: []tls.Certificate{im.cert}, http1: way.http1})
+			for _, s := range cluster.Servers() {
+				if resp := mustDo(t, direct, http.MethodGet, s.URL+secrets, way.header, nil); !forbids(resp, im.user) {
+					t.Fatalf("%s, %s, directly on %s: HTTP %d %s; want 403 for user %q", im.name, way.name, s.Name, resp.status, truncated(resp.body), im.user)
+				}
+			}
+			direct.CloseIdleConnections()
+		}
+	}
+
+	refusedThrough := func(t *testing.T, url string, client func(credentials) *http.Client) {
+		for _, im := range impostors {
+			for _, way := range ways {
+				c := client(credentials{certs: []tls.Certificate{im.cert}, http1: way.http1})
+				// Through the load balancer, every server gets its turn.
+				for range cluster.Servers() {
+					resp := mustDo(t, c, http.MethodGet, url+secrets, way.header, nil)
+					var status apiStatus
+					if resp.status != http.StatusUnauthorized || json.Unmarshal(resp.body, &status) != nil || status.Reason != "Unauthorized" || status.Code != http.StatusUnauthorized {
+						t.Errorf("%s, %s, through skewgate: HTTP %d %s; want 401 Unauthorized", im.name, way.name, resp.status, truncated(resp.body))
+						break
+					}
+				}
+				c.CloseIdleConnections()
+			}
+		}
+		t.Logf("%d impostors, each asking over HTTP/2, HTTP/1.1 and the upgrade path: 401 through skewgate, 403 directly", len(impostors))
+	}
+	t.Run("load balancer", func(t *testing.T) {
+		g := startSkewgate(t, cluster, gatewayConfig{identityMode: frontProxyIdentity})
+		g.waitSnapshot(t, "every server healthy in the gateway's snapshot", gatewayReadyTimeout, allHealthy(cluster))
+		refusedThrough(t, g.URL, g.gatewayClient)
+	})
+	t.Run("node-local next to the old server", func(t *testing.T) {
+		g := newKubeadmNode(t, cluster, skewedOld).startNodeLocalSkewgate(t)
+		// Node-local skewgate serves the node's own serving certificate, which directClient trusts.
+		refusedThrough(t, g.URL, func(c credentials) *http.Client { return directClient(cluster, c) })
+	})
+}
+
+// grantClusterAdmin binds user to the cluster-admin role until the test ends.
+func grantClusterAdmin(t *testing.T, cluster *testcluster.Cluster, user string) {
+	t.Helper()
+	admin := directAdminClient(cluster)
+	defer admin.CloseIdleConnections()
+	name := "skewgate-e2e-cluster-admin-" + user
+	binding := fmt.Sprintf(`{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRoleBinding","metadata":{"name":%q},`+
+		`"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"cluster-admin"},`+
+		`"subjects":[{"apiGroup":"rbac.authorization.k8s.io","kind":"User","name":%q}]}`, name, user)
+	const bindings = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
+	base := cluster.Server(skewedUpgraded).URL
+	if resp := mustDo(t, admin, http.MethodPost, base+bindings, nil, []byte(binding)); resp.status != http.StatusCreated {
+		t.Fatalf("creating ClusterRoleBinding %s: HTTP %d: %s", name, resp.status, resp.body)
+	}
+	t.Cleanup(func() {
+		admin := directAdminClient(cluster)
+		defer admin.CloseIdleConnections()
+		if resp, err := do(admin, http.MethodDelete, base+bindings+"/"+name, nil, nil); err != nil || resp.status != http.StatusOK {
+			t.Errorf("deleting ClusterRoleBinding %s: HTTP %d (%v): %s", name, resp.status, err, resp.body)
+		}
+	})
+}
+
+// truncated is the start of a response body, for messages.
+func truncated(body []byte) string {
+	const limit = 300
+	if len(body) > limit {
+		return string(body[:limit]) + "..."
+	}
+	return string(body)
+}
