@@ -159,14 +159,15 @@ func (l *limits) count(c client, reason refusal) (first bool) {
 	return true
 }
 
-func (l *limits) refusals() map[refusal]uint64 {
+// state is the streams admitted and open, and the refusals so far.
+func (l *limits) state() (open int, refused map[refusal]uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	counts := make(map[refusal]uint64, len(allRefusals))
+	refused = make(map[refusal]uint64, len(allRefusals))
 	for _, r := range allRefusals {
-		counts[r] = l.refused[r]
+		refused[r] = l.refused[r]
 	}
-	return counts
+	return l.total, refused
 }
 
 // refuse counts and logs a refusal and returns err, which ends the stream

@@ -320,14 +320,11 @@ func TestRequestsForWhatTheServerDoesNotServeAreRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Whatever the first request brings comes before the refusal.
 	for {
-		resp, err := delta.Recv()
-		if err != nil {
+		if _, err := delta.Recv(); err != nil {
 			wantRefusal(t, err, codes.InvalidArgument, fmt.Sprintf("%d resource names", len(names)))
 			break
-		}
-		if len(resp.GetResources()) == 0 {
-			t.Fatalf("unexpected response %v", resp)
 		}
 	}
 	eventuallyMetric(t, s, refusedMetric(refusedUnserved, 6))
@@ -370,7 +367,7 @@ func TestAnEnvoyIsServedWhileAnAbusiveClientIsRefused(t *testing.T) {
 
 	ext, version := publish(t, s, 2)
 	checkResponse(t, envoy.next(), ext, version)
-	counts := s.limits.refusals()
+	_, counts := s.limits.state()
 	if refused := counts[refusedClientLimit] + counts[refusedRequestSize]; refused != 50 {
 		t.Errorf("%d refusals counted, want 50: %v", refused, counts)
 	}

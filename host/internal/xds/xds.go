@@ -272,14 +272,13 @@ func (s *Server) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (s *Server) Collect(ch chan<- prometheus.Metric) {
-	s.mu.Lock()
-	streams := len(s.streams)
-	s.mu.Unlock()
+	// The streams the limits count, so that the gauge and the limits agree.
+	streams, refused := s.limits.state()
 	ch <- prometheus.MustNewConstMetric(streamsDesc, prometheus.GaugeValue, float64(streams))
 	ch <- prometheus.MustNewConstMetric(pushesDesc, prometheus.CounterValue, float64(s.pushes.Load()))
 	ch <- prometheus.MustNewConstMetric(acksDesc, prometheus.CounterValue, float64(s.acks.Load()))
 	ch <- prometheus.MustNewConstMetric(nacksDesc, prometheus.CounterValue, float64(s.nacks.Load()))
-	for reason, n := range s.limits.refusals() {
+	for reason, n := range refused {
 		ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(n), string(reason))
 	}
 	if v := s.version.Load(); v != nil {
