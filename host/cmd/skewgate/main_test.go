@@ -291,6 +291,8 @@ func TestServeRefusesEveryBadFlagValueAtStartNamingTheFlag(t *testing.T) {
 		{"secure port out of range", []string{"--secure-port=70000"}, 1, "--secure-port 70000: must be 0 to 65535"},
 		{"metrics address without a port", []string{"--metrics-bind-address=127.0.0.1"}, 1, `--metrics-bind-address "127.0.0.1": must be host:port`},
 		{"xDS without a client CA", []string{"--xds-bind-address=127.0.0.1:0", "--envoy-wasm-path=/skewgate.wasm"}, 1, "--xds-bind-address needs --xds-client-ca-file"},
+		{"negative xDS stream limit", []string{"--xds-bind-address=127.0.0.1:0", "--xds-client-ca-file=ca", "--envoy-wasm-path=/skewgate.wasm", "--xds-max-streams=-1"}, 1, "--xds-max-streams -1: must not be negative"},
+		{"negative xDS per-client stream limit", []string{"--xds-bind-address=127.0.0.1:0", "--xds-client-ca-file=ca", "--envoy-wasm-path=/skewgate.wasm", "--xds-max-streams-per-client=-2"}, 1, "--xds-max-streams-per-client -2: must not be negative"},
 		{"bad log level", []string{"--log-level=loud"}, 1, "--log-level"},
 		{"bad log format", []string{"--log-format=xml"}, 1, `--log-format "xml": must be text or json`},
 		{"unknown flag", []string{"--retry-after=5"}, exitUsage, "unknown flag: --retry-after"},

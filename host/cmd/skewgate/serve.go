@@ -12,6 +12,7 @@ import (
 	"github.com/skewgate/skewgate/host/internal/controller"
 	"github.com/skewgate/skewgate/host/internal/gateway"
 	"github.com/skewgate/skewgate/host/internal/serve"
+	"github.com/skewgate/skewgate/host/internal/xds"
 	"github.com/skewgate/skewgate/plugin/config"
 )
 
@@ -43,6 +44,8 @@ func runServe(args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.XDSBindAddress, "xds-bind-address", "", "host:port of the xDS management server that serves every accepted plugin configuration to Envoys over gRPC (ECDS and ADS); empty: none")
 	fs.StringVar(&cfg.XDSTLSCertFile, "xds-tls-cert-file", "", "the xDS server's serving certificate (PEM; default: --tls-cert-file); reloaded when the file changes")
 	fs.StringVar(&cfg.XDSTLSPrivateKeyFile, "xds-tls-private-key-file", "", "the xDS serving certificate's private key (PEM; default: --tls-private-key-file)")
+	fs.IntVar(&cfg.XDSMaxStreams, "xds-max-streams", xds.DefaultMaxStreams, "most xDS streams the management server holds open at once, from all Envoys; more are refused")
+	fs.IntVar(&cfg.XDSMaxStreamsPerClient, "xds-max-streams-per-client", xds.DefaultMaxStreamsPerClient, "most xDS streams one client certificate may hold open at once; Envoys sharing a certificate count as one client")
 	fs.StringVar(&cfg.XDSClientCAFile, "xds-client-ca-file", "", "CA certificates that must have signed the client certificate every Envoy presents to the xDS server (required with --xds-bind-address); reloaded when the file changes")
 	fs.StringVar(&cfg.WasmPath, "wasm", "", "plugin module (default: skewgate.wasm next to the binary, ../build/skewgate.wasm from it, or build/skewgate.wasm)")
 	fs.StringVar(&cfg.RoutingHeader, "routing-header", config.DefaultRoutingHeader, "internal header carrying the chosen upstream (a lower-case header name the plugin does not own)")

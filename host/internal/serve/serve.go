@@ -107,6 +107,10 @@ type Config struct {
 	// default the gateway's. XDSClientCAFile, required, must have signed the
 	// certificate every Envoy presents.
 	XDSTLSCertFile, XDSTLSPrivateKeyFile, XDSClientCAFile string
+	// XDSMaxStreams and XDSMaxStreamsPerClient bound the streams the
+	// management server holds open, in all and per client certificate; zero
+	// values take xds.DefaultMaxStreams and xds.DefaultMaxStreamsPerClient.
+	XDSMaxStreams, XDSMaxStreamsPerClient int
 	// WasmPath is the plugin module.
 	WasmPath string
 	// RoutingHeader and RetryAfterSeconds go into the plugin configuration and
@@ -305,7 +309,8 @@ func (s *Server) newXDS(gatewayServing *certfile.KeyPair) (*xds.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return xds.New(xds.Options{Certificate: serving.Certificate, ClientCAs: clientCA.Pool, Logger: s.log.With("component", "xds")})
+	return xds.New(xds.Options{Certificate: serving.Certificate, ClientCAs: clientCA.Pool,
+		MaxStreams: s.cfg.XDSMaxStreams, MaxStreamsPerClient: s.cfg.XDSMaxStreamsPerClient, Logger: s.log.With("component", "xds")})
 }
 
 func (c Config) complete() (Config, error) {
@@ -449,6 +454,14 @@ func (c Config) checkXDS() []error {
 	}
 	if (c.XDSTLSCertFile == "") != (c.XDSTLSPrivateKeyFile == "") {
 		errs = append(errs, errors.New("--xds-tls-cert-file and --xds-tls-private-key-file go together"))
+	}
+	for _, limit := range []struct {
+		flag  string
+		value int
+	}{{"--xds-max-streams", c.XDSMaxStreams}, {"--xds-max-streams-per-client", c.XDSMaxStreamsPerClient}} {
+		if limit.value < 0 {
+			errs = append(errs, fmt.Errorf("%s %d: must not be negative", limit.flag, limit.value))
+		}
 	}
 	if c.XDSClientCAFile == "" {
 		errs = append(errs, errors.New("--xds-bind-address needs --xds-client-ca-file: only Envoys presenting a certificate it signed may read the configuration, which describes every API server"))

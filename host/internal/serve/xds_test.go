@@ -15,7 +15,9 @@ import (
 	extensionv3 "github.com/envoyproxy/go-control-plane/envoy/service/extension/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -43,6 +45,15 @@ type xdsSubscriber struct {
 
 func (f *fixture) subscribeXDS(t *testing.T, s *Server) *xdsSubscriber {
 	t.Helper()
+	sub := &xdsSubscriber{t: t, stream: f.openXDSStream(t, s)}
+	sub.send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "envoy-a", Cluster: "skewgate"}})
+	return sub
+}
+
+// openXDSStream opens an ECDS stream as an Envoy with a client certificate
+// of its own.
+func (f *fixture) openXDSStream(t *testing.T, s *Server) extensionv3.ExtensionConfigDiscoveryService_StreamExtensionConfigsClient {
+	t.Helper()
 	client := mustLeaf(t)(f.ca.Client(pkix.Name{CommonName: "envoy"}))
 	conn, err := grpc.NewClient(s.XDSAddr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
 		RootCAs:      f.ca.Pool(),
@@ -58,9 +69,7 @@ func (f *fixture) subscribeXDS(t *testing.T, s *Server) *xdsSubscriber {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub := &xdsSubscriber{t: t, stream: stream}
-	sub.send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "envoy-a", Cluster: "skewgate"}})
-	return sub
+	return stream
 }
 
 func (x *xdsSubscriber) send(req *discoveryv3.DiscoveryRequest) {
@@ -174,6 +183,23 @@ func TestControllerSnapshotChangesReachAnXDSSubscriber(t *testing.T) {
 		`skewgate_xds_version_info{version="` + resp.GetVersionInfo() + `"} 1`} {
 		eventuallyMetric(t, s, want)
 	}
+}
+
+// --xds-max-streams reaches the management server: beyond it, an Envoy is
+// refused and told why, and the refusal is counted.
+func TestTheXDSStreamLimitIsTheFlags(t *testing.T) {
+	f := newFixture(t)
+	f.withXDS()
+	f.cfg.XDSMaxStreams = 1
+	s := f.startServer(t)
+	f.subscribeXDS(t, s).next()
+	refused := f.openXDSStream(t, s)
+	// The server may end the stream before the request is sent; Recv says why.
+	_ = refused.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "envoy-b"}, TypeUrl: resourcev3.ExtensionConfigType})
+	if _, err := refused.Recv(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "the server has 1 streams open") {
+		t.Fatalf("second stream ended with %v, want ResourceExhausted naming the limit of 1", err)
+	}
+	eventuallyMetric(t, s, `skewgate_xds_refused_streams_total{reason="server_stream_limit"} 1`)
 }
 
 // The version names the configuration, not the controller's snapshot count:

@@ -30,10 +30,10 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -64,15 +64,23 @@ type Options struct {
 	// ClientCAs returns the CAs that must have signed each new connection's
 	// client certificate; a client without one is refused.
 	ClientCAs func() *x509.CertPool
-	Logger    *slog.Logger
+	// MaxStreams bounds the streams open at once from all clients; zero
+	// takes DefaultMaxStreams.
+	MaxStreams int
+	// MaxStreamsPerClient bounds the streams open at once under one client
+	// certificate (Envoys sharing a certificate count as one client); zero
+	// takes DefaultMaxStreamsPerClient.
+	MaxStreamsPerClient int
+	Logger              *slog.Logger
 }
 
 // Server serves one TypedExtensionConfig at a time to every subscriber.
 type Server struct {
-	log   *slog.Logger
-	cache cachev3.SnapshotCache
-	grpc  *grpc.Server
-	stop  context.CancelFunc
+	log    *slog.Logger
+	cache  cachev3.SnapshotCache
+	grpc   *grpc.Server
+	stop   context.CancelFunc
+	limits *limits
 
 	publishMu sync.Mutex
 	version   atomic.Pointer[string]
@@ -91,10 +99,14 @@ type streamKey struct {
 }
 
 type streamState struct {
-	// peer is the verified client certificate's subject: unlike the node ID,
-	// which the client chooses, it says who connected.
-	peer string
-	node string
+	client client
+	// typeURL is what the stream serves: the extension config type, or
+	// none for ADS, whose requests name it.
+	typeURL string
+	node    string
+	// deltaNames are the resource names an incremental stream subscribed
+	// to, counted against maxResourceNames.
+	deltaNames map[string]struct{}
 	// nonce and version are those of the last response sent, which an ACK or
 	// NACK refers to.
 	nonce, version string
@@ -105,10 +117,19 @@ func New(opts Options) (*Server, error) {
 	if opts.Certificate == nil || opts.ClientCAs == nil {
 		return nil, errors.New("xds: a serving certificate and client CAs are required")
 	}
+	if opts.MaxStreams < 0 || opts.MaxStreamsPerClient < 0 {
+		return nil, fmt.Errorf("xds: stream limits %d and %d per client: must not be negative", opts.MaxStreams, opts.MaxStreamsPerClient)
+	}
+	if opts.MaxStreams == 0 {
+		opts.MaxStreams = DefaultMaxStreams
+	}
+	if opts.MaxStreamsPerClient == 0 {
+		opts.MaxStreamsPerClient = DefaultMaxStreamsPerClient
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Server{log: opts.Logger, streams: map[streamKey]*streamState{}}
+	s := &Server{log: opts.Logger, streams: map[streamKey]*streamState{}, limits: newLimits(opts.MaxStreams, opts.MaxStreamsPerClient)}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
 	s.cache = cachev3.NewSnapshotCache(false, fleet{}, cacheLog{opts.Logger})
@@ -128,6 +149,10 @@ func New(opts Options) (*Server, error) {
 		grpc.Creds(credentials.NewTLS(tlsConfig)),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: pingInterval, Timeout: pingTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minClientPing, PermitWithoutStream: true}),
+		grpc.MaxConcurrentStreams(maxStreamsPerConnection),
+		grpc.MaxRecvMsgSize(maxRequestBytes),
+		grpc.MaxHeaderListSize(maxHeaderListBytes),
+		grpc.StreamInterceptor(s.admitStreams),
 	)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(s.grpc, xds)
 	extensionv3.RegisterExtensionConfigDiscoveryServiceServer(s.grpc, xds)
@@ -233,40 +258,41 @@ var (
 	nacksDesc       = prometheus.NewDesc("skewgate_xds_nacks_total", "Plugin configurations Envoys rejected; each kept the one it had.", nil, nil)
 	versionInfoDesc = prometheus.NewDesc("skewgate_xds_version_info",
 		"The version served: replicas given the same snapshot serve the same one.", []string{"version"}, nil)
+	refusedDesc = prometheus.NewDesc("skewgate_xds_refused_streams_total",
+		"Streams refused or ended by a limit, by reason: client_stream_limit, server_stream_limit, request_too_large, node_id_too_long, unserved_request.",
+		[]string{"reason"}, nil)
 )
 
 // Describe and Collect make the Server the prometheus.Collector of its
 // metrics.
 func (s *Server) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{streamsDesc, pushesDesc, acksDesc, nacksDesc, versionInfoDesc} {
+	for _, d := range []*prometheus.Desc{streamsDesc, pushesDesc, acksDesc, nacksDesc, refusedDesc, versionInfoDesc} {
 		ch <- d
 	}
 }
 
 func (s *Server) Collect(ch chan<- prometheus.Metric) {
-	s.mu.Lock()
-	streams := len(s.streams)
-	s.mu.Unlock()
+	// The streams the limits count, so that the gauge and the limits agree.
+	streams, refused := s.limits.state()
 	ch <- prometheus.MustNewConstMetric(streamsDesc, prometheus.GaugeValue, float64(streams))
 	ch <- prometheus.MustNewConstMetric(pushesDesc, prometheus.CounterValue, float64(s.pushes.Load()))
 	ch <- prometheus.MustNewConstMetric(acksDesc, prometheus.CounterValue, float64(s.acks.Load()))
 	ch <- prometheus.MustNewConstMetric(nacksDesc, prometheus.CounterValue, float64(s.nacks.Load()))
+	for reason, n := range refused {
+		ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(n), string(reason))
+	}
 	if v := s.version.Load(); v != nil {
 		ch <- prometheus.MustNewConstMetric(versionInfoDesc, prometheus.GaugeValue, 1, *v)
 	}
 }
 
-func (s *Server) opened(ctx context.Context, key streamKey) {
-	st := &streamState{}
-	if p, ok := peer.FromContext(ctx); ok {
-		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(info.State.PeerCertificates) > 0 {
-			st.peer = info.State.PeerCertificates[0].Subject.String()
-		}
-	}
+func (s *Server) opened(ctx context.Context, key streamKey, typeURL string) {
+	st := &streamState{typeURL: typeURL}
+	st.client, _ = clientOf(ctx)
 	s.mu.Lock()
 	s.streams[key] = st
 	s.mu.Unlock()
-	s.log.Debug("xDS stream opened", "stream", key.id, "delta", key.delta, "peer", st.peer)
+	s.log.Debug("xDS stream opened", "stream", key.id, "delta", key.delta, "peer", st.client.subject)
 }
 
 func (s *Server) closed(key streamKey) {
@@ -301,7 +327,7 @@ func (s *Server) received(key streamKey, node *corev3.Node, nonce, versionInForc
 	if nonce != "" && nonce == st.nonce {
 		answered = st.version
 	}
-	peer, nodeID := st.peer, st.node
+	peer, nodeID := st.client.subject, st.node
 	s.mu.Unlock()
 	switch {
 	case rejection != nil:
@@ -321,26 +347,39 @@ type statusDetail struct {
 	message string
 }
 
+// rejectionOf is a NACK's error, shortened for the log.
+func rejectionOf(d *statuspb.Status) *statusDetail {
+	if d == nil {
+		return nil
+	}
+	return &statusDetail{d.GetCode(), truncate(d.GetMessage(), maxLoggedErrorBytes)}
+}
+
 // callbacks are go-control-plane's hooks into every stream.
 type callbacks struct{ s *Server }
 
-func (c callbacks) OnStreamOpen(ctx context.Context, id int64, _ string) error {
-	c.s.opened(ctx, streamKey{id: id})
+func (c callbacks) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	c.s.opened(ctx, streamKey{id: id}, typeURL)
 	return nil
 }
 
 func (c callbacks) OnStreamClosed(id int64, _ *corev3.Node) { c.s.closed(streamKey{id: id}) }
 
-// OnStreamRequest runs before the cache sees the request. A NACK names the
-// version Envoy keeps, which differs from the one served, so the cache would
-// send the rejected configuration straight back and Envoy reject it again, in
-// a loop. Naming the rejected version instead makes the cache wait for the
-// next one, as after an ACK.
+// OnStreamRequest runs before the cache sees the request. It holds the
+// request to the limits (checkRequest), then accounts for it. A NACK names
+// the version Envoy keeps, which differs from the one served, so the cache
+// would send the rejected configuration straight back and Envoy reject it
+// again, in a loop. Naming the rejected version instead makes the cache wait
+// for the next one, as after an ACK.
 func (c callbacks) OnStreamRequest(id int64, req *discoveryv3.DiscoveryRequest) error {
-	var rejection *statusDetail
-	if d := req.GetErrorDetail(); d != nil {
-		rejection = &statusDetail{d.GetCode(), d.GetMessage()}
+	if err := c.s.check(streamKey{id: id}, request{node: req.GetNode(), typeURL: req.GetTypeUrl(), names: len(req.GetResourceNames()),
+		kept: append([]string{req.GetVersionInfo(), req.GetResponseNonce()}, req.GetResourceNames()...)}); err != nil {
+		return err
 	}
+	// The error is for the log alone, and go-control-plane holds a stream's
+	// last request while it waits.
+	rejection := rejectionOf(req.GetErrorDetail())
+	req.ErrorDetail = nil
 	rejected := c.s.received(streamKey{id: id}, req.GetNode(), req.GetResponseNonce(), req.GetVersionInfo(), rejection)
 	if rejection != nil && rejected != "" {
 		req.VersionInfo = rejected
@@ -352,8 +391,8 @@ func (c callbacks) OnStreamResponse(_ context.Context, id int64, _ *discoveryv3.
 	c.s.sent(streamKey{id: id}, resp.GetNonce(), resp.GetVersionInfo())
 }
 
-func (c callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
-	c.s.opened(ctx, streamKey{delta: true, id: id})
+func (c callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	c.s.opened(ctx, streamKey{delta: true, id: id}, typeURL)
 	return nil
 }
 
@@ -361,13 +400,23 @@ func (c callbacks) OnDeltaStreamClosed(id int64, _ *corev3.Node) {
 	c.s.closed(streamKey{delta: true, id: id})
 }
 
-// OnStreamDeltaRequest only accounts: the incremental protocol tracks what
-// each stream was sent, so a NACK does not bring the rejected version back.
+// OnStreamDeltaRequest holds the request to the limits and accounts for it;
+// the incremental protocol tracks what each stream was sent, so a NACK does
+// not bring the rejected version back.
 func (c callbacks) OnStreamDeltaRequest(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
-	var rejection *statusDetail
-	if d := req.GetErrorDetail(); d != nil {
-		rejection = &statusDetail{d.GetCode(), d.GetMessage()}
+	key := streamKey{delta: true, id: id}
+	typeURL, names := c.s.subscribeDelta(key, req)
+	kept := append(append([]string{req.GetResponseNonce()}, req.GetResourceNamesSubscribe()...), req.GetResourceNamesUnsubscribe()...)
+	for name, version := range req.GetInitialResourceVersions() {
+		kept = append(kept, name, version)
 	}
+	if err := c.s.check(key, request{node: req.GetNode(), typeURL: typeURL, names: names, kept: kept}); err != nil {
+		return err
+	}
+	// The error is for the log alone, and go-control-plane holds a stream's
+	// last request while it waits.
+	rejection := rejectionOf(req.GetErrorDetail())
+	req.ErrorDetail = nil
 	c.s.received(streamKey{delta: true, id: id}, req.GetNode(), req.GetResponseNonce(), "", rejection)
 	return nil
 }

@@ -60,6 +60,18 @@ func newPKI(t testing.TB) *pki {
 	return &pki{serverCA: serverCA, clientCA: clientCA, serving: serving.TLSCertificate(), client: client.TLSCertificate()}
 }
 
+// clientCertificate issues a client certificate of its own for the Envoy
+// named commonName.
+func (p *pki) clientCertificate(t testing.TB, commonName string) *tls.Certificate {
+	t.Helper()
+	leaf, err := p.clientCA.Client(pkix.Name{CommonName: commonName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certificate := leaf.TLSCertificate()
+	return &certificate
+}
+
 type testServer struct {
 	*Server
 	addr string
@@ -68,12 +80,18 @@ type testServer struct {
 
 func startServer(t testing.TB, p *pki) *testServer {
 	t.Helper()
+	return startServerWith(t, p, Options{})
+}
+
+// startServerWith starts a server with opts, its certificates and logger
+// set.
+func startServerWith(t testing.TB, p *pki, opts Options) *testServer {
+	t.Helper()
 	logs := &logtest.Buffer{}
-	s, err := New(Options{
-		Certificate: func() *tls.Certificate { return &p.serving },
-		ClientCAs:   p.clientCA.Pool,
-		Logger:      slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
+	opts.Certificate = func() *tls.Certificate { return &p.serving }
+	opts.ClientCAs = p.clientCA.Pool
+	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +443,8 @@ func TestAHundredConcurrentSubscribersAllReceiveAnUpdate(t *testing.T) {
 	_, first := publish(t, s, 1)
 	subs := make([]*subscriber, 100)
 	for i := range subs {
-		subs[i] = subscribe(t, dial(t, s, p, &p.client), services[i%2], fmt.Sprintf("envoy-%d", i), "")
+		node := fmt.Sprintf("envoy-%d", i)
+		subs[i] = subscribe(t, dial(t, s, p, p.clientCertificate(t, node)), services[i%2], node, "")
 	}
 	for _, sub := range subs {
 		resp := sub.next()
@@ -636,7 +655,8 @@ func benchmarkFanOut(b *testing.B, subscribers, size int) {
 	}
 	received := make(chan struct{}, subscribers)
 	for i := range subscribers {
-		sub := subscribe(b, dial(b, s, p, &p.client), services[i%2], fmt.Sprintf("envoy-%d", i), "")
+		node := fmt.Sprintf("envoy-%d", i)
+		sub := subscribe(b, dial(b, s, p, p.clientCertificate(b, node)), services[i%2], node, "")
 		sub.ack(sub.next())
 		go func() {
 			for {
