@@ -318,19 +318,22 @@ type statusRecorder struct {
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
-	if r.status == 0 && code >= 200 {
+	final := r.status == 0 && code >= 200
+	if final {
 		r.status = code
 		r.answered = time.Now()
-		r.abandonUnreadBody()
 	}
 	r.ResponseWriter.WriteHeader(code)
+	if final {
+		// Once the final header is written, reading the body no longer
+		// sends a client waiting for it 100 Continue.
+		r.abandonUnreadBody()
+	}
 }
 
 func (r *statusRecorder) Write(b []byte) (int, error) {
 	if r.status == 0 {
-		r.status = http.StatusOK
-		r.answered = time.Now()
-		r.abandonUnreadBody()
+		r.WriteHeader(http.StatusOK)
 	}
 	return r.ResponseWriter.Write(b)
 }
