@@ -16,11 +16,13 @@
 // A request that provably was not processed (the server could not be reached,
 // or it answered that it is shutting down) is sent again to another healthy
 // server able to serve it, whatever its method, when its body is empty or
-// small enough to have been buffered. Upstream's Mixed Version Proxy retries
-// nothing. Everything else that fails is answered 503 with a Kubernetes Status
-// body and Retry-After; a request that is not long-running and gets no
-// response headers within RequestTimeout is answered 504, as kube-apiserver
-// answers it.
+// was buffered: bodies up to 1 MiB, within a budget in all and per client.
+// Upstream's Mixed Version Proxy retries nothing. Everything else that fails
+// is answered 503 with a Kubernetes Status body and Retry-After; a request
+// that is not long-running and gets no response headers within
+// RequestTimeout, or whose buffered body does not arrive within it, is
+// answered 504, as kube-apiserver answers it. Requests beyond the in-flight
+// limits, or finding no plugin VM in time, are answered 429 with Retry-After.
 package gateway
 
 import (
@@ -89,7 +91,8 @@ type Options struct {
 	// RoutingHeader is the header the plugin sets to the chosen server's
 	// cluster name; it must equal the plugin configuration's routingHeader.
 	RoutingHeader string
-	// RetryAfterSeconds is announced in the gateway's own 503 answers.
+	// RetryAfterSeconds is announced in the gateway's own 503 and 429
+	// answers.
 	RetryAfterSeconds int
 	// DialTimeout bounds connecting and the TLS handshake to an API server.
 	DialTimeout time.Duration
