@@ -414,6 +414,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.writeUnavailable(rec, "the gateway has no discovery snapshot yet")
 		return
 	}
+	if n := headerFields(r.Header); n > g.opts.MaxRequestHeaders {
+		// Envoy's codec refuses these before any filter runs.
+		writeStatus(rec, &metav1.Status{
+			Status:  metav1.StatusFailure,
+			Code:    http.StatusRequestHeaderFieldsTooLarge,
+			Reason:  metav1.StatusReasonBadRequest,
+			Message: fmt.Sprintf("Request Header Fields Too Large: the request has %d header fields, at most %d are allowed", n, g.opts.MaxRequestHeaders),
+		})
+		return
+	}
 	class := classify(r)
 	if !class.longRunning {
 		limit, kind, reason := &g.readOnly, "read-only", "max_requests_inflight"
@@ -426,16 +436,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer limit.release()
-	}
-	if n := headerFields(r.Header); n > g.opts.MaxRequestHeaders {
-		// Envoy's codec refuses these before any filter runs.
-		writeStatus(rec, &metav1.Status{
-			Status:  metav1.StatusFailure,
-			Code:    http.StatusRequestHeaderFieldsTooLarge,
-			Reason:  metav1.StatusReasonBadRequest,
-			Message: fmt.Sprintf("Request Header Fields Too Large: the request has %d header fields, at most %d are allowed", n, g.opts.MaxRequestHeaders),
-		})
-		return
 	}
 	req, err := pluginRequest(r)
 	if err != nil {
