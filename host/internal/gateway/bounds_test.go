@@ -160,17 +160,25 @@ func TestStalledBodyIsGivenUpOnceTheAPIServerAnswers(t *testing.T) {
 	}
 }
 
+// holdingBackend holds requests carrying X-Hold until hold is closed,
+// counting them in holding, and echoes the others.
+func holdingBackend(hold <-chan struct{}, holding *sync.WaitGroup) func(string) http.Handler {
+	return func(cluster string) http.Handler {
+		echo := echoHandler(cluster)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Hold") != "" {
+				holding.Done()
+				<-hold
+			}
+			echo.ServeHTTP(w, r)
+		})
+	}
+}
+
 func TestInFlightLimitsAnswer429WithRetryAfterAndAStatus(t *testing.T) {
 	hold := make(chan struct{})
 	var holding sync.WaitGroup
-	plugin := pluginFunc(func(ctx context.Context, req *wasmhost.Request) wasmhost.Outcome {
-		if _, ok := header(req.Headers, "x-hold"); ok {
-			holding.Done()
-			<-hold
-		}
-		return routeTo("")(ctx, req)
-	})
-	h := newHarness(t, harnessConfig{plugin: plugin, options: func(o *Options) {
+	h := newHarness(t, harnessConfig{handler: holdingBackend(hold, &holding), options: func(o *Options) {
 		o.MaxRequestsInFlight, o.MaxMutatingRequestsInFlight = 1, 1
 	}})
 	client := h.client(nil, true)
@@ -316,17 +324,18 @@ func rawHTTP1(h *harness, request string, wait time.Duration) (int, error) {
 // for its body.
 func TestLocalAnswerDoesNotWaitForAStalledBody(t *testing.T) {
 	hold := make(chan struct{})
-	entered := make(chan struct{}, 1)
-	plugin := pluginFunc(func(ctx context.Context, req *wasmhost.Request) wasmhost.Outcome {
-		entered <- struct{}{}
-		<-hold
-		return routeTo("")(ctx, req)
-	})
-	h := newHarness(t, harnessConfig{plugin: plugin, options: func(o *Options) { o.MaxMutatingRequestsInFlight = 1 }})
+	var holding sync.WaitGroup
+	h := newHarness(t, harnessConfig{handler: holdingBackend(hold, &holding), options: func(o *Options) {
+		// Bodies stream, so the limit is met before any is read.
+		o.MaxMutatingRequestsInFlight, o.MaxBufferedRequestBytes = 1, 1
+	}})
 	// Before the harness's servers close, which waits for the held request.
 	t.Cleanup(func() { close(hold) })
-	go func() { _, _ = rawHTTP1(h, "DELETE "+commonPods+"/web HTTP/1.1\r\nHost: kube\r\n\r\n", 10*time.Second) }()
-	<-entered
+	holding.Add(1)
+	go func() {
+		_, _ = rawHTTP1(h, "DELETE "+commonPods+"/web HTTP/1.1\r\nHost: kube\r\nX-Hold: 1\r\n\r\n", 10*time.Second)
+	}()
+	holding.Wait()
 	for name, request := range map[string]string{
 		"a body that stops":               "POST " + commonPods + " HTTP/1.1\r\nHost: kube\r\nContent-Length: 1024\r\n\r\n{\"kind\":",
 		"a body waiting for 100 Continue": "POST " + commonPods + " HTTP/1.1\r\nHost: kube\r\nContent-Length: 1024\r\nExpect: 100-continue\r\n\r\n",
@@ -337,5 +346,25 @@ func TestLocalAnswerDoesNotWaitForAStalledBody(t *testing.T) {
 		if err != nil || code != http.StatusTooManyRequests {
 			t.Errorf("%s: status %d, %v; want 429 at once, not once the body arrived", name, code, err)
 		}
+	}
+}
+
+// TestStalledBufferedBodiesTakeNoInFlightPlace: a request counts against the
+// in-flight limits only once its buffered body is in hand, so a client that
+// announces bodies and stalls cannot lock everyone out of writing; what it
+// can hold is bounded by its share of the buffer budget.
+func TestStalledBufferedBodiesTakeNoInFlightPlace(t *testing.T) {
+	h := newHarness(t, harnessConfig{servers: retryServers(), plugin: routeTo("kube-a"), options: func(o *Options) { o.MaxMutatingRequestsInFlight = 1 }})
+	stalled := startStalled(h, "192.0.2.1", 1<<10)
+	waitUntil(t, "the stalled body to be buffered", func() bool { return h.gw.bodies.bytesHeld() == 1<<10 })
+	if resp, body := do(t, h.client(nil, true), "POST", h.front.URL+widgets, nil, strings.NewReader(`{"kind":"Widget"}`)); resp.StatusCode != http.StatusOK {
+		t.Errorf("a write while another client stalls its body: %d %s", resp.StatusCode, body)
+	}
+	go func() {
+		_, _ = io.WriteString(stalled.body, strings.Repeat("x", 1<<10))
+		_ = stalled.body.Close()
+	}()
+	if w := <-stalled.done; w.Code != http.StatusOK {
+		t.Errorf("the stalled request, once its body came: %d", w.Code)
 	}
 }

@@ -105,10 +105,11 @@ type Options struct {
 	// are answered 431 before the plugin runs. Default DefaultMaxRequestHeaders.
 	MaxRequestHeaders int
 	// MaxRequestsInFlight and MaxMutatingRequestsInFlight bound the requests
-	// that are not long-running being served at once, read-only (verbs get,
+	// that are not long-running being proxied at once, read-only (verbs get,
 	// list and watch) and mutating, as kube-apiserver's flags of those names
-	// do; a request beyond them is answered 429 with Retry-After before the
-	// plugin runs. Zero: no limit.
+	// do; a request beyond them is answered 429 with Retry-After. A request
+	// counts from when its buffered body is in hand until its answer ends.
+	// Zero: no limit.
 	MaxRequestsInFlight, MaxMutatingRequestsInFlight int
 	// MaxBufferedRequestBytes bounds the request bodies held in memory so
 	// that their requests can be sent again; MaxBufferedRequestBytesPerClient
@@ -424,19 +425,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	}
-	class := classify(r)
-	if !class.longRunning {
-		limit, kind, reason := &g.readOnly, "read-only", "max_requests_inflight"
-		if class.mutating {
-			limit, kind, reason = &g.mutating, "mutating", "max_mutating_requests_inflight"
-		}
-		if !limit.acquire() {
-			g.metrics.rejected.WithLabelValues(reason).Inc()
-			g.writeTooManyRequests(rec, "Too many requests: the gateway is serving as many "+kind+" requests as it may at once, please try again later.")
-			return
-		}
-		defer limit.release()
-	}
 	req, err := pluginRequest(r)
 	if err != nil {
 		writeStatus(rec, &apierrors.NewBadRequest(err.Error()).ErrStatus)
@@ -470,7 +458,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// on HTTP/2, closed connection on HTTP/1.1).
 		panic(http.ErrAbortHandler)
 	default:
-		g.forward(rec, r, s, out.Headers, arrived, class.longRunning)
+		g.forward(rec, r, s, out.Headers, arrived, classify(r))
 	}
 }
 
@@ -490,7 +478,7 @@ func (g *Gateway) resolve(s *state, cluster string) (b *backend, frontProxy bool
 
 // forward proxies the request with the plugin's headers to the backend it
 // chose, or to one in round robin.
-func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers [][2]string, arrived time.Time, longRunning bool) {
+func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers [][2]string, arrived time.Time, class requestClass) {
 	ex := &exchange{
 		state:      s,
 		inbound:    r,
@@ -520,11 +508,26 @@ func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers 
 			}
 		}
 	}
+	if !class.longRunning {
+		// Counted from here, once a buffered body is in hand: its wait is
+		// bounded by the buffer budget and the client's share, so a client
+		// stalling its bodies cannot take the places of others.
+		limit, kind, reason := &g.readOnly, "read-only", "max_requests_inflight"
+		if class.mutating {
+			limit, kind, reason = &g.mutating, "mutating", "max_mutating_requests_inflight"
+		}
+		if !limit.acquire() {
+			g.metrics.rejected.WithLabelValues(reason).Inc()
+			g.writeTooManyRequests(w, "Too many requests: the gateway is proxying as many "+kind+" requests as it may at once, please try again later.")
+			return
+		}
+		defer limit.release()
+	}
 	ex.setBackend(target)
 	defer ex.release()
 	defer func() { w.upstream = ex.current() }()
 	ctx := context.WithValue(r.Context(), exchangeKey{}, ex)
-	if !longRunning {
+	if !class.longRunning {
 		// Like kube-apiserver's timeout filter, the deadline covers the whole
 		// response: a short request's body stopping past it is cut.
 		var cancel context.CancelFunc

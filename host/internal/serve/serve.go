@@ -145,8 +145,8 @@ type Config struct {
 	// and fairness queues a request at most a quarter of its timeout.
 	RequestTimeout time.Duration
 	// MaxRequestsInFlight and MaxMutatingRequestsInFlight bound the requests
-	// that are not long-running served at once (kube-apiserver's flags of the
-	// same names); zero: no limit. The flags default to
+	// that are not long-running proxied at once (kube-apiserver's flags of
+	// the same names); zero: no limit. The flags default to
 	// gateway.DefaultMaxRequestsInFlight and
 	// gateway.DefaultMaxMutatingRequestsInFlight.
 	MaxRequestsInFlight, MaxMutatingRequestsInFlight int
