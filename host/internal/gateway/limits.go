@@ -23,7 +23,7 @@ const (
 	DefaultMaxMutatingRequestsInFlight = 200
 )
 
-// inFlightLimit counts the requests of one kind being served; a limit of 0
+// inFlightLimit counts the requests of one kind being proxied; a limit of 0
 // admits every request.
 type inFlightLimit struct {
 	limit int64

@@ -65,16 +65,6 @@ const (
 // max_request_headers_kb (net/http adds 4 KiB of slack for the request line).
 const maxHeaderBytes = 60 << 10
 
-// gatewayHTTP2 bounds what one HTTP/2 connection can make the gateway hold:
-// kube-apiserver's 100 streams and 256 KiB window per stream, and Go's 1 MiB
-// window for the whole connection, so that a client's unread request data
-// never exceeds 1 MiB per connection whatever its number of streams.
-var gatewayHTTP2 = http.HTTP2Config{
-	MaxConcurrentStreams:          100,
-	MaxReceiveBufferPerStream:     256 << 10,
-	MaxReceiveBufferPerConnection: 1 << 20,
-}
-
 // Config is everything `skewgate serve` is told on its command line.
 type Config struct {
 	BindAddress string
@@ -304,8 +294,16 @@ func New(cfg Config) (*Server, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    maxHeaderBytes,
-		HTTP2:             &gatewayHTTP2,
-		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelInfo),
+		// What one HTTP/2 connection can make the gateway hold:
+		// kube-apiserver's 100 streams and 256 KiB window per stream, and
+		// Go's 1 MiB window for the whole connection, so that a client's
+		// unread request data never exceeds 1 MiB per connection.
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams:          100,
+			MaxReceiveBufferPerStream:     256 << 10,
+			MaxReceiveBufferPerConnection: 1 << 20,
+		},
+		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelInfo),
 	}
 	// The operator endpoints answer small GETs at once: a connection that
 	// takes longer, or idles between scrapes, is closed.
