@@ -16,11 +16,13 @@
 // A request that provably was not processed (the server could not be reached,
 // or it answered that it is shutting down) is sent again to another healthy
 // server able to serve it, whatever its method, when its body is empty or
-// small enough to have been buffered. Upstream's Mixed Version Proxy retries
-// nothing. Everything else that fails is answered 503 with a Kubernetes Status
-// body and Retry-After; a request that is not long-running and gets no
-// response headers within RequestTimeout is answered 504, as kube-apiserver
-// answers it.
+// was buffered: bodies up to 1 MiB, within a budget in all and per client.
+// Upstream's Mixed Version Proxy retries nothing. Everything else that fails
+// is answered 503 with a Kubernetes Status body and Retry-After; a request
+// that is not long-running and gets no response headers within
+// RequestTimeout, or whose buffered body does not arrive within it, is
+// answered 504, as kube-apiserver answers it. Requests beyond the in-flight
+// limits, or finding no plugin VM in time, are answered 429 with Retry-After.
 package gateway
 
 import (
@@ -63,7 +65,8 @@ const (
 )
 
 // maxReplayableBody is the largest request body buffered so that the request
-// can be sent again; larger or unsized bodies stream and are never retried.
+// can be sent again; larger or unsized bodies stream and are never retried,
+// and so do bodies beyond the buffer budget (Options.MaxBufferedRequestBytes).
 const maxReplayableBody = 1 << 20
 
 // PluginHost runs a request's headers through the plugin; *wasmhost.Host is
@@ -88,7 +91,8 @@ type Options struct {
 	// RoutingHeader is the header the plugin sets to the chosen server's
 	// cluster name; it must equal the plugin configuration's routingHeader.
 	RoutingHeader string
-	// RetryAfterSeconds is announced in the gateway's own 503 answers.
+	// RetryAfterSeconds is announced in the gateway's own 503 and 429
+	// answers.
 	RetryAfterSeconds int
 	// DialTimeout bounds connecting and the TLS handshake to an API server.
 	DialTimeout time.Duration
@@ -100,7 +104,20 @@ type Options struct {
 	// MaxRequestHeaders is the most header fields a request may carry; more
 	// are answered 431 before the plugin runs. Default DefaultMaxRequestHeaders.
 	MaxRequestHeaders int
-	Logger            *slog.Logger
+	// MaxRequestsInFlight and MaxMutatingRequestsInFlight bound the requests
+	// that are not long-running being proxied at once, read-only (verbs get,
+	// list and watch) and mutating, as kube-apiserver's flags of those names
+	// do; a request beyond them is answered 429 with Retry-After. A request
+	// counts from when its buffered body is in hand until its answer ends.
+	// Zero: no limit.
+	MaxRequestsInFlight, MaxMutatingRequestsInFlight int
+	// MaxBufferedRequestBytes bounds the request bodies held in memory so
+	// that their requests can be sent again; MaxBufferedRequestBytesPerClient
+	// bounds those of one source address. A body beyond either streams, and
+	// its request is not retried. Defaults DefaultMaxBufferedRequestBytes and
+	// DefaultMaxBufferedRequestBytesPerClient (at most the total).
+	MaxBufferedRequestBytes, MaxBufferedRequestBytesPerClient int64
+	Logger                                                    *slog.Logger
 }
 
 func (o Options) complete() (Options, error) {
@@ -128,6 +145,16 @@ func (o Options) complete() (Options, error) {
 	if o.MaxRequestHeaders <= 0 {
 		o.MaxRequestHeaders = DefaultMaxRequestHeaders
 	}
+	if o.MaxRequestsInFlight < 0 || o.MaxMutatingRequestsInFlight < 0 {
+		return o, errors.New("gateway: in-flight limits must not be negative")
+	}
+	if o.MaxBufferedRequestBytes <= 0 {
+		o.MaxBufferedRequestBytes = DefaultMaxBufferedRequestBytes
+	}
+	if o.MaxBufferedRequestBytesPerClient <= 0 {
+		o.MaxBufferedRequestBytesPerClient = DefaultMaxBufferedRequestBytesPerClient
+	}
+	o.MaxBufferedRequestBytesPerClient = min(o.MaxBufferedRequestBytesPerClient, o.MaxBufferedRequestBytes)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -142,6 +169,9 @@ type Gateway struct {
 	transports *transportSource
 	metrics    *metrics
 	sessions   sessions
+
+	readOnly, mutating inFlightLimit
+	bodies             *bodyBudget
 
 	applyMu    sync.Mutex
 	state      atomic.Pointer[state]
@@ -199,7 +229,8 @@ func New(opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{opts: o, log: o.Logger, metrics: newMetrics()}
+	g := &Gateway{opts: o, log: o.Logger, metrics: newMetrics(), bodies: newBodyBudget(o.MaxBufferedRequestBytes, o.MaxBufferedRequestBytesPerClient)}
+	g.readOnly.limit, g.mutating.limit = int64(o.MaxRequestsInFlight), int64(o.MaxMutatingRequestsInFlight)
 	g.transports = newTransportSource(o)
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:       g.rewrite,
@@ -374,6 +405,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w, sessions: &g.sessions}
 	verdict := verdictNone
 	defer func() { g.metrics.request(verdict, rec, arrived) }()
+	if r.ContentLength != 0 && r.ProtoMajor == 1 {
+		rec.body = &trackedBody{ReadCloser: r.Body}
+		r.Body = rec.body
+	}
 
 	s := g.state.Load()
 	if s == nil {
@@ -404,6 +439,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.clientGone = true
 		return
 	}
+	if out.Verdict == wasmhost.Respond && errors.Is(out.Failed, wasmhost.ErrNoInstance) {
+		// Every VM stayed busy for as long as a request may queue for one:
+		// the gateway is overloaded, and the client is to come back.
+		g.metrics.rejected.WithLabelValues("plugin_busy").Inc()
+		g.writeTooManyRequests(rec, "Too many requests: no plugin VM became free in time, please try again later.")
+		return
+	}
 	if out.Failed != nil {
 		g.metrics.pluginFailures.Inc()
 		g.log.Error("the plugin could not process a request", "method", r.Method, "path", r.URL.Path, "error", out.Failed)
@@ -416,7 +458,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// on HTTP/2, closed connection on HTTP/1.1).
 		panic(http.ErrAbortHandler)
 	default:
-		g.forward(rec, r, s, out.Headers, arrived)
+		g.forward(rec, r, s, out.Headers, arrived, classify(r))
 	}
 }
 
@@ -436,7 +478,7 @@ func (g *Gateway) resolve(s *state, cluster string) (b *backend, frontProxy bool
 
 // forward proxies the request with the plugin's headers to the backend it
 // chose, or to one in round robin.
-func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers [][2]string, arrived time.Time) {
+func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers [][2]string, arrived time.Time, class requestClass) {
 	ex := &exchange{
 		state:      s,
 		inbound:    r,
@@ -455,17 +497,37 @@ func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers 
 	} else {
 		target = g.pickBalanced(s)
 	}
-	longRunning := isLongRunning(r)
 	if !ex.replayable && r.ContentLength > 0 && r.ContentLength <= maxReplayableBody {
-		if !g.bufferBody(w, r, ex, longRunning, arrived) {
+		client := peerIP(r.RemoteAddr)
+		if ok, why := g.bodies.reserve(client, r.ContentLength); !ok {
+			g.metrics.unbufferedBodies.WithLabelValues(why).Inc()
+		} else {
+			defer g.bodies.release(client, r.ContentLength)
+			if !g.bufferBody(w, r, ex, arrived) {
+				return
+			}
+		}
+	}
+	if !class.longRunning {
+		// Counted from here, once a buffered body is in hand: its wait is
+		// bounded by the buffer budget and the client's share, so a client
+		// stalling its bodies cannot take the places of others.
+		limit, kind, reason := &g.readOnly, "read-only", "max_requests_inflight"
+		if class.mutating {
+			limit, kind, reason = &g.mutating, "mutating", "max_mutating_requests_inflight"
+		}
+		if !limit.acquire() {
+			g.metrics.rejected.WithLabelValues(reason).Inc()
+			g.writeTooManyRequests(w, "Too many requests: the gateway is proxying as many "+kind+" requests as it may at once, please try again later.")
 			return
 		}
+		defer limit.release()
 	}
 	ex.setBackend(target)
 	defer ex.release()
 	defer func() { w.upstream = ex.current() }()
 	ctx := context.WithValue(r.Context(), exchangeKey{}, ex)
-	if !longRunning {
+	if !class.longRunning {
 		// Like kube-apiserver's timeout filter, the deadline covers the whole
 		// response: a short request's body stopping past it is cut.
 		var cancel context.CancelFunc
@@ -476,17 +538,16 @@ func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers 
 }
 
 // bufferBody reads a small body whole, so that the request can be sent again
-// if it provably never reached a server; false means the request was answered.
-// Memory grows with the bytes that arrive, not with what the header
-// announces, and a short request's body must arrive within its request
-// timeout, so a client trickling it holds nothing for long.
-func (g *Gateway) bufferBody(w *statusRecorder, r *http.Request, ex *exchange, longRunning bool, arrived time.Time) bool {
+// if it provably never reached a server; false means the request was
+// answered. The caller reserved the bytes from the buffer budget. Every
+// request's body, long-running or not, must arrive within the request
+// timeout, so a client that announces a body and stalls holds its share of
+// the budget no longer than that, and is then answered 504.
+func (g *Gateway) bufferBody(w *statusRecorder, r *http.Request, ex *exchange, arrived time.Time) bool {
 	rc := http.NewResponseController(w)
-	if !longRunning {
-		_ = rc.SetReadDeadline(arrived.Add(g.opts.RequestTimeout))
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, r.ContentLength))
-	if !longRunning && err == nil {
+	_ = rc.SetReadDeadline(arrived.Add(g.opts.RequestTimeout))
+	body, err := readBody(r.Body, r.ContentLength)
+	if err == nil {
 		// Only a body read whole may lift the deadline: after an answer the
 		// server drains what is left of the body, which must not wait.
 		_ = rc.SetReadDeadline(time.Time{})
@@ -498,7 +559,7 @@ func (g *Gateway) bufferBody(w *statusRecorder, r *http.Request, ex *exchange, l
 	case r.Context().Err() != nil:
 		w.clientGone = true
 		return false
-	case err != nil || int64(len(body)) < r.ContentLength:
+	case err != nil:
 		writeStatus(w, &apierrors.NewBadRequest("the request body ended before its Content-Length").ErrStatus)
 		return false
 	}
@@ -506,6 +567,27 @@ func (g *Gateway) bufferBody(w *statusRecorder, r *http.Request, ex *exchange, l
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	ex.replayable = true
 	return true
+}
+
+// readBody reads a body of n bytes. Memory grows with the bytes that arrive,
+// not with what the header announces, and the buffer ends at n bytes exactly.
+func readBody(r io.Reader, n int64) ([]byte, error) {
+	const first = 64 << 10
+	body := make([]byte, 0, min(n, first))
+	for int64(len(body)) < n {
+		if len(body) == cap(body) {
+			body = append(make([]byte, 0, min(n, 2*int64(cap(body)))), body...)
+		}
+		k, err := r.Read(body[len(body):cap(body)])
+		body = body[:len(body)+k]
+		switch {
+		case err == io.EOF && int64(len(body)) < n:
+			return nil, io.ErrUnexpectedEOF
+		case err != nil && err != io.EOF:
+			return nil, err
+		}
+	}
+	return body, nil
 }
 
 // writeLocalResponse sends the plugin's own reply (merged discovery, 304,

@@ -34,6 +34,12 @@ type metrics struct {
 	pluginFailures prometheus.Counter
 	generation     prometheus.Gauge
 	inFlight       *prometheus.Desc
+	// rejected counts requests answered 429 by the gateway's own limits,
+	// unbufferedBodies bodies streamed because the buffer budget refused them.
+	rejected         *prometheus.CounterVec
+	unbufferedBodies *prometheus.CounterVec
+	requestsInFlight *prometheus.Desc
+	bufferedBytes    *prometheus.Desc
 
 	byVerdict [verdictNone + 1]verdictSeries
 
@@ -81,6 +87,21 @@ func newMetrics() *metrics {
 		}),
 		inFlight: prometheus.NewDesc("skewgate_gateway_backend_in_flight",
 			"Requests being proxied to each API server, open watches and upgraded connections included.", []string{"backend"}, nil),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_gateway_rejected_requests_total",
+			Help: "Requests answered 429 by the gateway's own limits: max_requests_inflight, max_mutating_requests_inflight, " +
+				"or plugin_busy (no plugin VM became free while the request could queue).",
+		}, []string{"reason"}),
+		unbufferedBodies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_gateway_unbuffered_request_bodies_total",
+			Help: "Request bodies small enough to buffer for a retry that streamed instead, because the buffer budget " +
+				"(budget) or the client's share of it (client_share) was taken; their requests are not retried.",
+		}, []string{"reason"}),
+		requestsInFlight: prometheus.NewDesc("skewgate_gateway_requests_in_flight",
+			"Requests that are not long-running being served, by kind (readOnly, mutating), as --max-requests-inflight and --max-mutating-requests-inflight count them.",
+			[]string{"request_kind"}, nil),
+		bufferedBytes: prometheus.NewDesc("skewgate_gateway_buffered_request_bytes",
+			"Bytes of request bodies held for retries, as --max-buffered-request-bytes counts them.", nil, nil),
 		upstreams: map[string]bool{},
 	}
 	for v := range m.byVerdict {
@@ -148,7 +169,7 @@ func (m *metrics) forgetUpstreams(s *state) {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.duration, m.upstreamErrors, m.retries, m.pluginFailures, m.generation}
+	return []prometheus.Collector{m.requests, m.duration, m.upstreamErrors, m.retries, m.pluginFailures, m.generation, m.rejected, m.unbufferedBodies}
 }
 
 // Describe and Collect make the Gateway the prometheus.Collector of its
@@ -158,12 +179,17 @@ func (g *Gateway) Describe(ch chan<- *prometheus.Desc) {
 		c.Describe(ch)
 	}
 	ch <- g.metrics.inFlight
+	ch <- g.metrics.requestsInFlight
+	ch <- g.metrics.bufferedBytes
 }
 
 func (g *Gateway) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range g.metrics.collectors() {
 		c.Collect(ch)
 	}
+	ch <- prometheus.MustNewConstMetric(g.metrics.requestsInFlight, prometheus.GaugeValue, float64(g.readOnly.n.Load()), "readOnly")
+	ch <- prometheus.MustNewConstMetric(g.metrics.requestsInFlight, prometheus.GaugeValue, float64(g.mutating.n.Load()), "mutating")
+	ch <- prometheus.MustNewConstMetric(g.metrics.bufferedBytes, prometheus.GaugeValue, float64(g.bodies.bytesHeld()))
 	s := g.state.Load()
 	if s == nil {
 		return

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -304,7 +305,9 @@ func errorKind(err error) string {
 // backend, and lets the reverse proxy flush and hijack the underlying writer.
 type statusRecorder struct {
 	http.ResponseWriter
-	sessions   *sessions
+	sessions *sessions
+	// body is the request body of an HTTP/1.x request that has one.
+	body       *trackedBody
 	status     int
 	hijacked   bool
 	clientGone bool
@@ -315,19 +318,60 @@ type statusRecorder struct {
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
-	if r.status == 0 && code >= 200 {
+	final := r.status == 0 && code >= 200
+	if final {
 		r.status = code
 		r.answered = time.Now()
 	}
 	r.ResponseWriter.WriteHeader(code)
+	if final {
+		// Once the final header is written, reading the body no longer
+		// sends a client waiting for it 100 Continue.
+		r.abandonUnreadBody()
+	}
 }
 
 func (r *statusRecorder) Write(b []byte) (int, error) {
 	if r.status == 0 {
-		r.status = http.StatusOK
-		r.answered = time.Now()
+		r.WriteHeader(http.StatusOK)
 	}
 	return r.ResponseWriter.Write(b)
+}
+
+// abandonUnreadBody stops reading an HTTP/1.x request body that has not
+// ended when the answer starts. Go's server reads what is left of such a body
+// (up to 256 KiB) before it sends the response header, without a deadline,
+// and whoever else reads it (the transport sending it upstream) blocks as
+// long: a client that announces a body and stalls would hold the request, its
+// in-flight place and its connection until it leaves. Past its read deadline
+// the body is given up and the connection closed after the answer, as an
+// HTTP/1.1 server must when a body is left unread.
+func (r *statusRecorder) abandonUnreadBody() {
+	if r.body == nil || r.body.ended.Load() {
+		return
+	}
+	rc := http.NewResponseController(r.ResponseWriter)
+	_ = rc.SetReadDeadline(time.Now())
+	// A read that was under way may have taken the body's last bytes, and
+	// the server then watches the connection for the client leaving: that
+	// read must not meet the expired deadline.
+	if _, err := r.body.ReadCloser.Read(nil); err == io.EOF || errors.Is(err, http.ErrBodyReadAfterClose) {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+}
+
+// trackedBody is a request body that remembers whether it ended.
+type trackedBody struct {
+	io.ReadCloser
+	ended atomic.Bool
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.ended.Store(true)
+	}
+	return n, err
 }
 
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

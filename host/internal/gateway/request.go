@@ -205,27 +205,42 @@ var (
 	longRunningSubresources = map[string]bool{"attach": true, "exec": true, "proxy": true, "log": true, "portforward": true}
 )
 
-// isLongRunning reports whether kube-apiserver would exempt the request from
-// its --request-timeout: watches, proxying, exec/attach/port-forward and logs,
-// /debug/pprof/, and every protocol upgrade.
-func isLongRunning(r *http.Request) bool {
-	if upgradeType(r.Header) != "" {
-		return true
-	}
+// requestClass is how kube-apiserver sorts a request for its
+// --request-timeout and its max-in-flight filter: long-running requests are
+// exempt from both; the others count as mutating unless their verb is get,
+// list or watch.
+type requestClass struct {
+	longRunning, mutating bool
+}
+
+// classify parses the request as kube-apiserver's RequestInfoFactory and
+// BasicLongRunningRequestCheck do: watches, proxying, exec, attach,
+// port-forward and logs, /debug/pprof/, and every protocol upgrade are
+// long-running.
+func classify(r *http.Request) requestClass {
+	c := requestClass{longRunning: upgradeType(r.Header) != ""}
 	path, rawQuery, ok := discovery.SplitRequestTarget(requestTarget(r))
 	if !ok {
-		return false
+		c.mutating = r.Method != http.MethodGet
+		return c
 	}
 	// The error case (a verb-only path) is answered at once upstream; what
 	// was parsed still classifies it.
 	info, _ := discovery.ParseRequestInfo(r.Method, path, rawQuery)
+	switch info.Verb {
+	case "get", "list", "watch":
+	default:
+		c.mutating = true
+	}
 	switch {
 	case longRunningVerbs[info.Verb]:
-		return true
+		c.longRunning = true
 	case info.IsResourceRequest:
-		return longRunningSubresources[info.Subresource]
+		c.longRunning = c.longRunning || longRunningSubresources[info.Subresource]
+	default:
+		c.longRunning = c.longRunning || strings.HasPrefix(info.Path, "/debug/pprof/")
 	}
-	return strings.HasPrefix(info.Path, "/debug/pprof/")
+	return c
 }
 
 // requestTarget is the request URI as the client sent it (path and query),

@@ -52,7 +52,7 @@ func TestLongRunningRequestsAreClassifiedAsKubeAPIServerDoes(t *testing.T) {
 				r.Header.Set("Connection", "Upgrade")
 				r.Header.Set("Upgrade", "websocket")
 			}
-			if got := isLongRunning(r); got != tc.want {
+			if got := classify(r).longRunning; got != tc.want {
 				t.Errorf("long-running = %v, want %v", got, tc.want)
 			}
 		})
@@ -105,7 +105,7 @@ func TestRequestTimeoutAppliesToShortRequestsOnly(t *testing.T) {
 			}
 		})
 		t.Run(fmt.Sprintf("a small body that stops arriving is answered 504 within the deadline http2=%v", http2), func(t *testing.T) {
-			status := sendStalledBody(t, h, client, http2, 20*timeout)
+			status := sendStalledBody(t, h, client, http2, commonPods, 20*timeout)
 			if status != http.StatusGatewayTimeout {
 				t.Errorf("status %d; want 504", status)
 			}
@@ -148,11 +148,11 @@ func TestRequestTimeoutAppliesToShortRequestsOnly(t *testing.T) {
 	}
 }
 
-// sendStalledBody sends a POST announcing 1 KiB of body, sends 8 bytes of it
-// and no more, and returns the status of the answer that arrives within
+// sendStalledBody sends a POST to target announcing 1 KiB of body, sends 8
+// bytes of it and no more, and returns the status of the answer that arrives within
 // wait. Go's HTTP/1.1 client returns an answer only once it has finished
 // sending, so on HTTP/1.1 the request is written by hand.
-func sendStalledBody(t *testing.T, h *harness, client *http.Client, http2 bool, wait time.Duration) int {
+func sendStalledBody(t *testing.T, h *harness, client *http.Client, http2 bool, target string, wait time.Duration) int {
 	t.Helper()
 	const partial = `{"kind":`
 	if http2 {
@@ -161,7 +161,7 @@ func sendStalledBody(t *testing.T, h *harness, client *http.Client, http2 bool, 
 		go func() { _, _ = stall.Write([]byte(partial)) }()
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, "POST", h.front.URL+commonPods, body)
+		req, _ := http.NewRequestWithContext(ctx, "POST", h.front.URL+target, body)
 		req.ContentLength = 1024
 		resp, err := client.Do(req)
 		if err != nil {
@@ -178,7 +178,7 @@ func sendStalledBody(t *testing.T, h *harness, client *http.Client, http2 bool, 
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(wait))
-	if _, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: kube\r\nContent-Type: application/json\r\nContent-Length: 1024\r\n\r\n%s", commonPods, partial); err != nil {
+	if _, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: kube\r\nContent-Type: application/json\r\nContent-Length: 1024\r\n\r\n%s", target, partial); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)

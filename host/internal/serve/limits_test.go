@@ -127,3 +127,31 @@ func TestFrontProxyModeWarnsWhenTheProxyCertificateAloneIsAUser(t *testing.T) {
 		})
 	}
 }
+
+func TestGatewayBoundsWhatOneHTTP2ConnectionMakesItHold(t *testing.T) {
+	f := newFixture(t)
+	s, err := New(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2 := s.gatewayServer.HTTP2
+	if h2 == nil || h2.MaxConcurrentStreams != 100 || h2.MaxReceiveBufferPerConnection != 1<<20 || h2.MaxReceiveBufferPerStream > h2.MaxReceiveBufferPerConnection {
+		t.Errorf("HTTP/2 settings %+v; want 100 streams sharing a 1 MiB receive window", h2)
+	}
+}
+
+func TestInFlightLimitAnswers429ThroughTheServer(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.MaxRequestsInFlight = 1
+	s := f.startServer(t)
+	client := f.gatewayClient()
+	slow := f.slowRequest(t, client, "https://"+s.GatewayAddr().String())
+	code, header, body := get(t, client, "https://"+s.GatewayAddr().String()+"/api/v1/namespaces/x/configmaps")
+	if code != http.StatusTooManyRequests || header.Get("Retry-After") == "" || !strings.Contains(body, `"reason":"TooManyRequests"`) {
+		t.Errorf("a request beyond --max-requests-inflight: %d, Retry-After %q, %s; want 429 with Retry-After and a Status", code, header.Get("Retry-After"), body)
+	}
+	f.release()
+	if code := <-slow; code != http.StatusOK {
+		t.Errorf("the admitted request: %d", code)
+	}
+}

@@ -133,9 +133,22 @@ type Config struct {
 	// costly.
 	PluginCallTimeout time.Duration
 	// RequestTimeout bounds a request that is not long-running
-	// (kube-apiserver's --request-timeout); default
-	// gateway.DefaultRequestTimeout.
+	// (kube-apiserver's --request-timeout), and every request's wait for its
+	// buffered body; default gateway.DefaultRequestTimeout. A request waits
+	// for a plugin VM at most a quarter of it, as kube-apiserver's priority
+	// and fairness queues a request at most a quarter of its timeout.
 	RequestTimeout time.Duration
+	// MaxRequestsInFlight and MaxMutatingRequestsInFlight bound the requests
+	// that are not long-running proxied at once (kube-apiserver's flags of
+	// the same names); zero: no limit. The flags default to
+	// gateway.DefaultMaxRequestsInFlight and
+	// gateway.DefaultMaxMutatingRequestsInFlight.
+	MaxRequestsInFlight, MaxMutatingRequestsInFlight int
+	// MaxBufferedRequestBytes and MaxBufferedRequestBytesPerClient bound the
+	// request bodies held for retries, in all and per source address; default
+	// gateway.DefaultMaxBufferedRequestBytes and
+	// gateway.DefaultMaxBufferedRequestBytesPerClient.
+	MaxBufferedRequestBytes, MaxBufferedRequestBytesPerClient int64
 	// Instances is the number of plugin VMs; default GOMAXPROCS, and 1 in
 	// node-local mode, whose clients are one node's control-plane components.
 	Instances           int
@@ -234,6 +247,11 @@ func New(cfg Config) (*Server, error) {
 		RetryAfterSeconds: cfg.RetryAfterSeconds,
 		RequestTimeout:    cfg.RequestTimeout,
 		Logger:            cfg.Logger,
+
+		MaxRequestsInFlight:              cfg.MaxRequestsInFlight,
+		MaxMutatingRequestsInFlight:      cfg.MaxMutatingRequestsInFlight,
+		MaxBufferedRequestBytes:          cfg.MaxBufferedRequestBytes,
+		MaxBufferedRequestBytesPerClient: cfg.MaxBufferedRequestBytesPerClient,
 	}
 	if cfg.IdentityMode == IdentityFrontProxy {
 		gwOpts.ClientCertificate = proxyClient.Certificate()
@@ -280,7 +298,16 @@ func New(cfg Config) (*Server, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelInfo),
+		// What one HTTP/2 connection can make the gateway hold:
+		// kube-apiserver's 100 streams and 256 KiB window per stream, and
+		// Go's 1 MiB window for the whole connection, so that a client's
+		// unread request data never exceeds 1 MiB per connection.
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams:          100,
+			MaxReceiveBufferPerStream:     256 << 10,
+			MaxReceiveBufferPerConnection: 1 << 20,
+		},
+		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelInfo),
 	}
 	// The operator endpoints answer small GETs at once: a connection that
 	// takes longer, or idles between scrapes, is closed.
@@ -381,6 +408,10 @@ func (c Config) complete() (Config, error) {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = gateway.DefaultRequestTimeout
+	}
+	errs = append(errs, c.checkLimits()...)
 	if c.IdentityMode == "" {
 		c.IdentityMode = string(pluginconfig.DefaultIdentityMode)
 	}
@@ -436,6 +467,37 @@ func (c Config) complete() (Config, error) {
 		}
 	}
 	return c, errors.Join(errs...)
+}
+
+// checkLimits checks the in-flight limits and the body buffer budget, and
+// fills in the budget's defaults.
+func (c *Config) checkLimits() []error {
+	var errs []error
+	for _, l := range []struct {
+		flag  string
+		value int
+	}{
+		{"--max-requests-inflight", c.MaxRequestsInFlight},
+		{"--max-mutating-requests-inflight", c.MaxMutatingRequestsInFlight},
+	} {
+		if l.value < 0 {
+			errs = append(errs, fmt.Errorf("%s %d: must not be negative (0: no limit)", l.flag, l.value))
+		}
+	}
+	if c.MaxBufferedRequestBytes == 0 {
+		c.MaxBufferedRequestBytes = gateway.DefaultMaxBufferedRequestBytes
+	}
+	if c.MaxBufferedRequestBytesPerClient == 0 {
+		c.MaxBufferedRequestBytesPerClient = min(gateway.DefaultMaxBufferedRequestBytesPerClient, c.MaxBufferedRequestBytes)
+	}
+	switch {
+	case c.MaxBufferedRequestBytes < 0:
+		errs = append(errs, fmt.Errorf("--max-buffered-request-bytes %d: must be positive", c.MaxBufferedRequestBytes))
+	case c.MaxBufferedRequestBytesPerClient < 0 || c.MaxBufferedRequestBytesPerClient > c.MaxBufferedRequestBytes:
+		errs = append(errs, fmt.Errorf("--max-buffered-request-bytes-per-client %d: must be positive and at most --max-buffered-request-bytes (%d)",
+			c.MaxBufferedRequestBytesPerClient, c.MaxBufferedRequestBytes))
+	}
+	return errs
 }
 
 // checkXDS checks the management server's flags.
@@ -689,6 +751,7 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 			VMID:                envoyconfig.FilterName,
 			PluginConfiguration: config,
 			CallTimeout:         s.cfg.PluginCallTimeout,
+			PoolTimeout:         pluginQueueTimeout(s.cfg.RequestTimeout),
 			// The plugin asks the API servers, through the gateway's
 			// clusters, whether a client may read merged discovery.
 			HTTPCalls: s.gw,
@@ -810,6 +873,11 @@ func (s *Server) xdsVersion(rawSnapshot []byte) (string, error) {
 	}
 	return xds.Version(doc), nil
 }
+
+// pluginQueueTimeout is how long a request waits for a free plugin VM before
+// it is answered 429: a quarter of the request timeout, as long as
+// kube-apiserver's priority and fairness lets a request queue.
+func pluginQueueTimeout(requestTimeout time.Duration) time.Duration { return requestTimeout / 4 }
 
 // pluginSlot is the gateway's plugin: the VMs exist only once the first
 // snapshot gives them a configuration. The gateway answers 503 itself until
