@@ -67,7 +67,9 @@ func parseOpenAPIHashes(v JSONValue) ([]OpenAPIPath, error) {
 // parseOpenAPIEntries reads one flat object with hashOf and checks the
 // entries, member by member.
 func parseOpenAPIEntries(obj JSONValue, hashOf func(path string, v JSONValue) (string, error)) ([]OpenAPIPath, error) {
-	var out []OpenAPIPath
+	// Empty, not nil, for an index without paths: nil is a server whose
+	// index is not known.
+	out := []OpenAPIPath{}
 	for members := obj.Members(); members.Next(); {
 		entry := OpenAPIPath{Path: members.Key().Str()}
 		hash, err := hashOf(entry.Path, members.Value())
