@@ -198,34 +198,10 @@ func headerFields(h http.Header) int {
 	return n
 }
 
-// longRunningVerbs and longRunningSubresources are kube-apiserver's
-// (BasicLongRunningRequestCheck as the control plane configures it).
-var (
-	longRunningVerbs        = map[string]bool{"watch": true, "proxy": true}
-	longRunningSubresources = map[string]bool{"attach": true, "exec": true, "proxy": true, "log": true, "portforward": true}
-)
-
-// isLongRunning reports whether kube-apiserver would exempt the request from
-// its --request-timeout: watches, proxying, exec/attach/port-forward and logs,
-// /debug/pprof/, and every protocol upgrade.
+// isLongRunning reports whether the request is exempt from the request
+// timeout, as kube-apiserver exempts it (discovery.IsLongRunning).
 func isLongRunning(r *http.Request) bool {
-	if upgradeType(r.Header) != "" {
-		return true
-	}
-	path, rawQuery, ok := discovery.SplitRequestTarget(requestTarget(r))
-	if !ok {
-		return false
-	}
-	// The error case (a verb-only path) is answered at once upstream; what
-	// was parsed still classifies it.
-	info, _ := discovery.ParseRequestInfo(r.Method, path, rawQuery)
-	switch {
-	case longRunningVerbs[info.Verb]:
-		return true
-	case info.IsResourceRequest:
-		return longRunningSubresources[info.Subresource]
-	}
-	return strings.HasPrefix(info.Path, "/debug/pprof/")
+	return discovery.IsLongRunning(r.Method, requestTarget(r), upgradeType(r.Header) != "")
 }
 
 // requestTarget is the request URI as the client sent it (path and query),
