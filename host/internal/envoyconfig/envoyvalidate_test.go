@@ -18,6 +18,7 @@ import (
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	earlymutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
+	previoushostsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
@@ -48,6 +49,7 @@ var envoyTypes = func() *protoregistry.Types {
 		&tlsv3.UpstreamTlsContext{},
 		&upstreamhttpv3.HttpProtocolOptions{},
 		&earlymutationv3.HeaderMutation{},
+		&previoushostsv3.PreviousHostsPredicate{},
 		&corev3.TypedExtensionConfig{},
 		&wrapperspb.StringValue{},
 	} {
@@ -292,6 +294,12 @@ func checkBootstrap(doc []byte, ecdsWasm *wasmfilterv3.Wasm) error {
 		len(all.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()) != perServer {
 		return fmt.Errorf("the default route's cluster %q must exist and hold every API server", balanced)
 	}
+	for _, r := range hcm.GetRouteConfig().GetVirtualHosts()[0].GetRoutes() {
+		if r.GetRoute().GetCluster() == balanced && r.GetRoute().GetRetryPolicy().GetNumRetries().GetValue() != uint32(perServer-1) {
+			return fmt.Errorf("route %s retries %d times, want each of the other %d servers once", r.GetName(),
+				r.GetRoute().GetRetryPolicy().GetNumRetries().GetValue(), perServer-1)
+		}
+	}
 	for name, c := range clusters {
 		if base, ok := strings.CutSuffix(name, discovery.FrontProxyClusterSuffix); ok {
 			if err := checkFrontProxyTwin(clusters[base], c); err != nil {
@@ -422,6 +430,9 @@ func checkDownstreamTLS(tls *tlsv3.DownstreamTlsContext) error {
 func checkHTTPConnectionManager(hcm *hcmv3.HttpConnectionManager, ecdsWasm *wasmfilterv3.Wasm) (*config.Config, error) {
 	if hcm.GetForwardClientCertDetails() != hcmv3.HttpConnectionManager_SANITIZE {
 		return nil, fmt.Errorf("forward_client_cert_details %s, want SANITIZE", hcm.GetForwardClientCertDetails())
+	}
+	if !hcm.GetNormalizePath().GetValue() || hcm.GetPathWithEscapedSlashesAction() != hcmv3.HttpConnectionManager_UNESCAPE_AND_FORWARD {
+		return nil, errors.New("normalize_path and path_with_escaped_slashes_action UNESCAPE_AND_FORWARD: the routes, the plugin and the API servers must split a path alike")
 	}
 	if !hcm.GetUseRemoteAddress().GetValue() || hcm.GetXffNumTrustedHops() != 0 || hcm.GetSkipXffAppend() {
 		return nil, errors.New("use_remote_address must be set at the edge, trusting no client X-Forwarded-For hop and appending the peer")
@@ -568,6 +579,12 @@ func checkRoutes(rc *routev3.RouteConfiguration, routingHeader string) (steered,
 		if sTimeouts != bTimeouts {
 			return "", "", fmt.Errorf("routes %s and %s must have the same timeouts", s.GetName(), b.GetName())
 		}
+		if err := checkRetryPolicy(s, true); err != nil {
+			return "", "", err
+		}
+		if err := checkRetryPolicy(b, false); err != nil {
+			return "", "", err
+		}
 		if last := i == len(routes)-2; last {
 			m := b.GetMatch()
 			if m.GetPrefix() != "/" || len(m.GetHeaders()) != 0 || len(m.GetQueryParameters()) != 0 {
@@ -582,6 +599,47 @@ func checkRoutes(rc *routev3.RouteConfiguration, routingHeader string) (steered,
 		return "", "", err
 	}
 	return routingHeader, balanced, nil
+}
+
+// retryableFailures are the failures Envoy tells that prove a request never
+// reached a server: the connection failed, the server refused the stream, or
+// the stream was reset before a byte of the request went out.
+var retryableFailures = map[string]bool{"connect-failure": true, "refused-stream": true, "reset-before-request": true}
+
+// checkRetryPolicy requires a route to retry what provably never reached a
+// server and nothing else (no status code, header or plain reset), as
+// skewgate serve does. A balanced route retries on a server it has not tried
+// (previous_hosts) and a steered one, whose cluster holds one server, only
+// what the server never saw, never a connection failure there again.
+func checkRetryPolicy(r *routev3.Route, steered bool) error {
+	p := r.GetRoute().GetRetryPolicy()
+	if p == nil {
+		return fmt.Errorf("route %s has no retry policy", r.GetName())
+	}
+	on := strings.Split(p.GetRetryOn(), ",")
+	for _, condition := range on {
+		if !retryableFailures[condition] {
+			return fmt.Errorf("route %s retries on %q, which a request that reached a server can meet", r.GetName(), condition)
+		}
+	}
+	if len(p.GetRetriableStatusCodes()) != 0 || len(p.GetRetriableHeaders()) != 0 || len(p.GetRetriableRequestHeaders()) != 0 {
+		return fmt.Errorf("route %s retries by status code or header", r.GetName())
+	}
+	if p.GetNumRetries() == nil || p.GetNumRetries().GetValue() == 0 {
+		return fmt.Errorf("route %s: num_retries must be explicit and positive", r.GetName())
+	}
+	previousHosts := len(p.GetRetryHostPredicate()) == 1 && p.GetRetryHostPredicate()[0].GetName() == "envoy.retry_host_predicates.previous_hosts"
+	switch {
+	case steered && slices.Contains(on, "connect-failure"):
+		return fmt.Errorf("steered route %s retries a connection failure on the one server that just failed", r.GetName())
+	case steered && (p.GetNumRetries().GetValue() != 1 || len(p.GetRetryHostPredicate()) != 0):
+		return fmt.Errorf("steered route %s: want one retry on its one server", r.GetName())
+	case !steered && (!previousHosts || p.GetHostSelectionRetryMaxAttempts() < 2):
+		return fmt.Errorf("balanced route %s must retry on a server it has not tried (previous_hosts, several host selection attempts)", r.GetName())
+	case !steered && !slices.Contains(on, "connect-failure"):
+		return fmt.Errorf("balanced route %s must retry a connection failure on another server, as skewgate serve does", r.GetName())
+	}
+	return nil
 }
 
 // routeTimeouts describes a route's timeouts; long is true when the route
@@ -750,6 +808,12 @@ func checkCluster(c *clusterv3.Cluster, mode IdentityMode) error {
 	}
 	if c.GetOutlierDetection() == nil {
 		return errors.New("no outlier detection")
+	}
+	// Every server while none is healthy, never a share of the servers known
+	// to be down while one is healthy (discovery's Routable).
+	if threshold := c.GetCommonLbConfig().GetHealthyPanicThreshold(); threshold == nil || threshold.GetValue() <= 0 ||
+		threshold.GetValue() >= 100.0/discovery.MaxServers {
+		return fmt.Errorf("healthy_panic_threshold %v: want a percentage above 0 and below one server of %d", threshold, discovery.MaxServers)
 	}
 	return nil
 }

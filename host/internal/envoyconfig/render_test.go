@@ -588,6 +588,28 @@ func TestValidatorRejectsBrokenBootstraps(t *testing.T) {
 		{name: "request header count raised", edit: func(d map[string]any) {
 			asMap(hcmOf(d)["common_http_protocol_options"])["max_headers_count"] = 30000
 		}, want: "max_headers_count"},
+		{name: "escaped slashes kept", edit: func(d map[string]any) { delete(hcmOf(d), "path_with_escaped_slashes_action") }, want: "UNESCAPE_AND_FORWARD"},
+		{name: "a route retrying 503s", edit: func(d map[string]any) {
+			policy := asMap(dig(routesOf(d)[1], "route", "retry_policy"))
+			policy["retry_on"] = "connect-failure,5xx"
+		}, want: `retries on "5xx"`},
+		{name: "a route retrying any reset", edit: func(d map[string]any) {
+			policy := asMap(dig(routesOf(d)[0], "route", "retry_policy"))
+			policy["retry_on"] = "reset"
+		}, want: `retries on "reset"`},
+		{name: "a steered route retrying a connection failure on its one server", edit: func(d map[string]any) {
+			policy := asMap(dig(routesOf(d)[0], "route", "retry_policy"))
+			policy["retry_on"] = "connect-failure,refused-stream"
+		}, want: "on the one server that just failed"},
+		{name: "a balanced retry that may pick the server it tried", edit: func(d map[string]any) {
+			delete(asMap(dig(routesOf(d)[1], "route", "retry_policy")), "retry_host_predicate")
+		}, want: "previous_hosts"},
+		{name: "a route without retries", edit: func(d map[string]any) {
+			delete(asMap(dig(routesOf(d)[3], "route")), "retry_policy")
+		}, want: "no retry policy"},
+		{name: "Envoy's default panic threshold", edit: func(d map[string]any) {
+			delete(firstCluster(d), "common_lb_config")
+		}, want: "healthy_panic_threshold"},
 		{name: "plugin writes another header", edit: func(d map[string]any) {
 			editPluginConfig(t, d, func(p map[string]any) { p["routingHeader"] = "x-other" })
 		}, want: "x-other"},
