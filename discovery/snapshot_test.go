@@ -3,6 +3,7 @@
 package discovery_test
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -120,6 +121,15 @@ func FuzzParseSnapshot(f *testing.F) {
 		// Whatever parses must index and merge without failing.
 		if _, err := NewIndex(snap); err != nil {
 			t.Fatalf("parsed snapshot does not index: %v", err)
+		}
+		// And what the writer makes of it reads back as the same snapshot.
+		encoded := snap.AppendJSON(nil)
+		again, err := ParseSnapshot(encoded)
+		if err != nil {
+			t.Fatalf("the encoding of a parsed snapshot does not parse: %v", err)
+		}
+		if !bytes.Equal(again.AppendJSON(nil), encoded) {
+			t.Fatal("encode(parse(encode(s))) differs from encode(s)")
 		}
 	})
 }
