@@ -81,7 +81,7 @@ type Decision struct {
 // is healthy and serves the request; only what it cannot serve is re-routed to
 // a capable peer, and while it is down any healthy server takes its place.
 func (ix *Index) Decide(req *Request, pick uint64) Decision {
-	d, _ := ix.decide(req, choice{routable: ix.routable, preferred: ix.preferred, pick: pick})
+	d, _ := ix.decide(req, ix.choiceWithout(0, pick))
 	return d
 }
 
@@ -93,11 +93,7 @@ func (ix *Index) Decide(req *Request, pick uint64) Decision {
 // decision, so a retry goes only where the decision could have sent the
 // request had the tried servers been down.
 func (ix *Index) Capable(req *Request, excluded ServerSet) ServerSet {
-	c := choice{routable: ix.routable &^ excluded, preferred: ix.preferred}
-	if c.preferred >= 0 && excluded.Has(c.preferred) {
-		c.preferred = -1
-	}
-	_, from := ix.decide(req, c)
+	_, from := ix.decide(req, ix.choiceWithout(excluded, 0))
 	return from
 }
 
@@ -115,6 +111,16 @@ type choice struct {
 	routable  ServerSet
 	preferred int
 	pick      uint64
+}
+
+// choiceWithout is the choice of a decision that leaves out the servers in
+// excluded.
+func (ix *Index) choiceWithout(excluded ServerSet, pick uint64) choice {
+	c := choice{routable: ix.routable &^ excluded, preferred: ix.preferred, pick: pick}
+	if c.preferred >= 0 && excluded.Has(c.preferred) {
+		c.preferred = -1
+	}
+	return c
 }
 
 // decide is Decide, also returning the set the decision picked from (see

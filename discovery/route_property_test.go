@@ -159,16 +159,12 @@ func reachable(ix *Index, d Decision, excluded ServerSet) ServerSet {
 }
 
 // decideExcluding is Decide with the servers in excluded left out, as
-// Capable takes them out for a retry.
+// Capable leaves them out for a retry.
 func decideExcluding(ix *Index, req *Request, pick uint64, excluded ServerSet) Decision {
 	if excluded == 0 {
 		return ix.Decide(req, pick)
 	}
-	c := choice{routable: ix.routable &^ excluded, preferred: ix.preferred, pick: pick}
-	if c.preferred >= 0 && excluded.Has(c.preferred) {
-		c.preferred = -1
-	}
-	d, _ := ix.decide(req, c)
+	d, _ := ix.decide(req, ix.choiceWithout(excluded, pick))
 	return d
 }
 
