@@ -16,6 +16,10 @@ package discovery
 // hashing, and AppendJSON writes the constant ones itself.
 type GroupList struct {
 	Items []Group
+	// source is the document the list was parsed from, "" for a list built
+	// otherwise; a snapshot embeds it as it is (Snapshot.AppendJSON), so a
+	// parsed list's Items must not be changed.
+	source string
 }
 
 // Group mirrors apidiscovery.k8s.io/v2 APIGroupDiscovery.

@@ -85,6 +85,7 @@ func parseGroupList(doc JSONValue) (list GroupList, err error) {
 	if members.err != nil {
 		return GroupList{}, members.err
 	}
+	list.source = doc.Raw()
 	return list, nil
 }
 

@@ -81,43 +81,73 @@ type Decision struct {
 // is healthy and serves the request; only what it cannot serve is re-routed to
 // a capable peer, and while it is down any healthy server takes its place.
 func (ix *Index) Decide(req *Request, pick uint64) Decision {
+	d, _ := ix.decide(req, ix.choiceWithout(0, pick))
+	return d
+}
+
+// Capable is the set of servers Decide may send req to when the servers in
+// excluded are left out, as a retry leaves out those it tried: the one it
+// routes to, the set it picks from, or, when it forwards, every routable
+// server (the gateway's balancing picks from Routable); empty when the
+// request is answered without a server. Decide and Capable are one
+// decision, so a retry goes only where the decision could have sent the
+// request had the tried servers been down.
+func (ix *Index) Capable(req *Request, excluded ServerSet) ServerSet {
+	_, from := ix.decide(req, ix.choiceWithout(excluded, 0))
+	return from
+}
+
+// Routable is where requests may go: the healthy servers, or every server
+// while none is healthy (Envoy's panic threshold): a real server's answer
+// beats a certain 503, and a burst that times out every health probe at
+// once says more about the prober than about the servers. Every choice of a
+// server, here and in the hosts, picks from this set.
+func (ix *Index) Routable() ServerSet { return ix.routable }
+
+// choice is what a decision picks from: the routable servers (less any a
+// retry excludes), the preferred server (-1 for none, or when excluded) and
+// the pick counter.
+type choice struct {
+	routable  ServerSet
+	preferred int
+	pick      uint64
+}
+
+// choiceWithout is the choice of a decision that leaves out the servers in
+// excluded.
+func (ix *Index) choiceWithout(excluded ServerSet, pick uint64) choice {
+	c := choice{routable: ix.routable &^ excluded, preferred: ix.preferred, pick: pick}
+	if c.preferred >= 0 && excluded.Has(c.preferred) {
+		c.preferred = -1
+	}
+	return c
+}
+
+// decide is Decide, also returning the set the decision picked from (see
+// Capable).
+func (ix *Index) decide(req *Request, c choice) (Decision, ServerSet) {
 	if isDiscoveryRoot(req) {
 		d := ix.decideDiscoveryRoot(req)
-		if d.Action == Forward {
-			d.Action, d.Server = ix.anyServer(pick)
+		if d.Action != Forward {
+			return d, 0
 		}
-		return d
+		a, from := ix.anyServer(c)
+		a.NoPeer = d.NoPeer
+		return a, from
 	}
 	if req.PeerProxied {
-		d := Decision{}
-		d.Action, d.Server = ix.anyServer(pick)
-		return d
+		return ix.anyServer(c)
 	}
-	if d, ok := ix.decideOpenAPI(req, pick); ok {
-		return d
+	if d, from, ok := ix.decideOpenAPI(req, c); ok {
+		return d, from
 	}
 	target, capable := ix.lookup(req)
-	d := ix.route(capable, pick)
+	d, from := ix.route(capable, c)
 	// Only resource requests carry the peer-proxied mark; discovery documents
 	// are never proxied upstream.
 	d.Rerouted = d.Rerouted && target.Resource != ""
 	d.Group, d.Version, d.Resource = target.Group, target.Version, target.Resource
-	return d
-}
-
-// Capable is the set of servers that can answer req as the cluster would: the
-// servers serving its resource or its per-group discovery document. It is
-// empty when any server answers the same (everything else, including
-// resources nobody serves).
-func (ix *Index) Capable(req *Request) ServerSet {
-	if isDiscoveryRoot(req) {
-		return 0
-	}
-	if set, ok := ix.openAPICapable(req); ok {
-		return set
-	}
-	_, capable := ix.lookup(req)
-	return capable
+	return d, from
 }
 
 func isDiscoveryRoot(req *Request) bool {
@@ -195,46 +225,40 @@ func (ix *Index) lookupLegacyDocument(path string) (target Decision, capable Ser
 	}
 }
 
-// route turns the set of servers able to answer into an action. A request is
-// re-routed when it goes where it does because not every healthy server
-// serves it. With no healthy server at all, every server counts as healthy.
-func (ix *Index) route(capable ServerSet, pick uint64) Decision {
-	var d Decision
+// route turns the set of servers able to answer into an action and the set
+// it picked from. A request is re-routed when it goes where it does because
+// not every routable server serves it.
+func (ix *Index) route(capable ServerSet, c choice) (Decision, ServerSet) {
 	if capable == 0 {
 		// Nobody serves it: a real server gives the honest 404.
-		d.Action, d.Server = ix.anyServer(pick)
-		return d
+		return ix.anyServer(c)
 	}
-	healthy := ix.healthy
-	if healthy == 0 {
-		healthy = ix.all
-	}
-	candidates := capable & healthy
+	candidates := capable & c.routable
 	switch {
 	case candidates == 0:
-		d.Action = Unavailable
-	case ix.preferred >= 0 && candidates.Has(ix.preferred):
-		d.Action, d.Server = Route, ix.preferred
-	case candidates == healthy:
-		d.Action, d.Server = ix.anyServer(pick)
-	default:
-		d.Action, d.Server, d.Rerouted = Route, candidates.Pick(pick), true
+		return Decision{Action: Unavailable}, 0
+	case c.preferred >= 0 && candidates.Has(c.preferred):
+		return Decision{Action: Route, Server: c.preferred}, 1 << uint(c.preferred)
+	case candidates == c.routable:
+		return ix.anyServer(c)
 	}
-	return d
+	return Decision{Action: Route, Server: candidates.Pick(c.pick), Rerouted: true}, candidates
 }
 
 // anyServer is where a request that every server answers alike goes: to the
-// gateway's load balancing, or in node-local mode to the preferred server, to
-// a healthy peer while it is down, and to the load balancing (which then
-// tries every server) when none is healthy.
-func (ix *Index) anyServer(pick uint64) (Action, int) {
+// gateway's load balancing (over every routable server), or in node-local
+// mode to the preferred server, to a healthy peer while it is down, and to
+// the load balancing when none is healthy.
+func (ix *Index) anyServer(c choice) (Decision, ServerSet) {
 	switch {
-	case ix.preferred < 0 || ix.healthy == 0:
-		return Forward, 0
-	case ix.healthy.Has(ix.preferred):
-		return Route, ix.preferred
+	case c.preferred < 0 || ix.healthy == 0:
+		return Decision{Action: Forward}, c.routable
+	case c.routable.Has(c.preferred):
+		return Decision{Action: Route, Server: c.preferred}, 1 << uint(c.preferred)
+	case c.routable == 0:
+		return Decision{Action: Unavailable}, 0
 	}
-	return Route, ix.healthy.Pick(pick)
+	return Decision{Action: Route, Server: c.routable.Pick(c.pick)}, c.routable
 }
 
 // UnavailableStatus is the body of the 503 answer: a Kubernetes Status object

@@ -1,10 +1,13 @@
-package discovery
+// An external test: discoverytest and fixtures build on discovery, so a
+// test of the package that uses them cannot be inside it.
+package discovery_test
 
 import (
 	"encoding/json"
 	"slices"
 	"testing"
 
+	. "github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
 )
 
@@ -231,25 +234,78 @@ func BenchmarkDecide(b *testing.B) {
 	}
 }
 
-// Capable is the set Decide chooses from; the gateway uses it to retry on
-// another server that can answer.
-func TestCapableNamesTheServersDecideChoosesFrom(t *testing.T) {
+// Capable is where Decide may send a request: the gateway retries only
+// there. With kube-c down, kube-b alone takes what only the v1.36 servers
+// serve, nothing takes what only kube-c serves, and what every routable
+// server answers alike may go to any of them.
+func TestCapableIsWhereDecideMaySendTheRequest(t *testing.T) {
 	ix := skewedIndex(t, func(s []discoverytest.Server) { s[2].Healthy = false })
 	for _, c := range []struct {
 		req  Request
 		want ServerSet
 	}{
-		{Request{Method: "POST", Path: "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies"}, 0b110},
-		{Request{Method: "GET", Path: "/apis/coordination.k8s.io/v1alpha2"}, 0b100},
-		{Request{Method: "GET", Path: "/apis/coordination.k8s.io"}, 0b100},
-		{Request{Method: "GET", Path: "/apis/apps/v1/deployments"}, 0b111},
-		{Request{Method: "GET", Path: "/apis/example.com/v1/widgets"}, 0},
+		{Request{Method: "POST", Path: "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies"}, 0b010},
+		{Request{Method: "GET", Path: "/apis/coordination.k8s.io/v1alpha2"}, 0},
+		{Request{Method: "GET", Path: "/apis/coordination.k8s.io"}, 0},
+		{Request{Method: "GET", Path: "/apis/apps/v1/deployments"}, 0b011},
+		{Request{Method: "GET", Path: "/apis/example.com/v1/widgets"}, 0b011},
 		{Request{Method: "GET", Path: "/apis", Accept: acceptAggregated}, 0},
-		{Request{Method: "GET", Path: "/healthz"}, 0},
+		{Request{Method: "GET", Path: "/healthz"}, 0b011},
 	} {
-		if got := ix.Capable(&c.req); got != c.want {
+		if got := ix.Capable(&c.req, 0); got != c.want {
 			t.Errorf("%s %s: %b; want %b", c.req.Method, c.req.Path, got, c.want)
 		}
+	}
+}
+
+// A retry leaves out the servers it tried and goes where the decision would
+// have gone had they been down: in node-local mode, after the preferred
+// server, to the peers that serve the request.
+func TestARetryGoesWhereDecideWouldHadTheTriedServersBeenDown(t *testing.T) {
+	const a, b, c = ServerSet(0b001), ServerSet(0b010), ServerSet(0b100)
+	pods := Request{Method: "GET", Path: "/api/v1/namespaces/default/pods"}
+	mutating := Request{Method: "POST", Path: "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies"}
+	balanced, local := skewedIndex(t, nil), nodeLocalIndex(t, nil)
+	for _, tc := range []struct {
+		name     string
+		ix       *Index
+		req      Request
+		excluded ServerSet
+		want     ServerSet
+	}{
+		{"what every server serves, balanced: any", balanced, pods, 0, a | b | c},
+		{"what every server serves, balanced, after kube-a: any other", balanced, pods, a, b | c},
+		{"what only the v1.36 servers serve: those", balanced, mutating, 0, b | c},
+		{"what only the v1.36 servers serve, after kube-b: kube-c", balanced, mutating, b, c},
+		{"what only the v1.36 servers serve, after both: nowhere", balanced, mutating, b | c, 0},
+		{"node-local, what the local server serves: the local server", local, pods, 0, a},
+		{"node-local, after the local server: its peers", local, pods, a, b | c},
+		{"node-local, what only peers serve: those peers", local, mutating, 0, b | c},
+		{"node-local, what only peers serve, after kube-c: kube-b", local, mutating, c, b},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.ix.Capable(&tc.req, tc.excluded); got != tc.want {
+				t.Errorf("Capable = %03b; want %03b", got, tc.want)
+			}
+		})
+	}
+}
+
+// /openapi/v2 has one right server, the one serving the most group versions
+// (kube-c, with its alpha API); a retry goes to the next best (kube-b, the
+// newer of two alike), never to any server at all.
+func TestOpenAPIV2IsOnlyEverSentToTheBestServerLeft(t *testing.T) {
+	ix := skewedIndex(t, nil)
+	v2 := Request{Method: "GET", Path: "/openapi/v2"}
+	for _, tc := range []struct {
+		excluded, want ServerSet
+	}{{0, 0b100}, {0b100, 0b010}, {0b110, 0b001}, {0b111, 0}} {
+		if got := ix.Capable(&v2, tc.excluded); got != tc.want {
+			t.Errorf("after %03b: Capable = %03b; want %03b", tc.excluded, got, tc.want)
+		}
+	}
+	if d := ix.Decide(&v2, 7); d.Action != Route || d.Server != 2 {
+		t.Errorf("Decide = %v to %d; want Route to kube-c", d.Action, d.Server)
 	}
 }
 

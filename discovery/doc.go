@@ -10,7 +10,12 @@
 //
 // # Snapshot format
 //
-// The controller pushes a Snapshot as JSON. Every field is required unless noted.
+// The controller pushes a Snapshot as JSON. This package owns the format: every
+// writer assembles a snapshot with NewSnapshot, which checks it (Validate), and
+// encodes it with AppendJSON; ParseSnapshot reads it, and parsing the encoding
+// of a snapshot gives the snapshot back. The members of each object are listed
+// once, in snapshotMembers and serverMembers (snapshot.go), which both the
+// reader and the writer walk. Every field is required unless noted.
 //
 //	{
 //	  "generation": 42,                     // > 0; a new snapshot carries a higher number
@@ -32,8 +37,9 @@
 //
 // "apis" and "api" are the apidiscovery.k8s.io/v2 documents exactly as the server
 // served them (kind, apiVersion and metadata at list level are accepted and
-// ignored); "openapiV3" is the index of the server's OpenAPI v3 documents, each
-// path with the hash of its serverRelativeURL ("/openapi/v3/<path>?hash=<hash>").
+// ignored; a list parsed from a document is written as that document);
+// "openapiV3" is the index of the server's OpenAPI v3 documents, each path with
+// the hash of its serverRelativeURL ("/openapi/v3/<path>?hash=<hash>").
 // fixtures/snapshot-example.json is a complete example.
 //
 // ParseSnapshot rejects malformed input with an error that names the server and

@@ -56,6 +56,8 @@ type Index struct {
 	snap    *Snapshot
 	all     ServerSet
 	healthy ServerSet
+	// routable is healthy, or all while no server is healthy (Routable).
+	routable ServerSet
 	// preferred indexes Servers() in node-local mode, -1 otherwise.
 	preferred int
 	// gvr and gv come from every server's /apis and /api; group holds, per API
@@ -100,6 +102,10 @@ func NewIndex(snap *Snapshot) (*Index, error) {
 				}
 			}
 		}
+	}
+	ix.routable = ix.healthy
+	if ix.routable == 0 {
+		ix.routable = ix.all
 	}
 	ix.indexGroups()
 	ix.buildOpenAPI()

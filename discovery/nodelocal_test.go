@@ -1,8 +1,11 @@
-package discovery
+// An external test: discoverytest and fixtures build on discovery, so a
+// test of the package that uses them cannot be inside it.
+package discovery_test
 
 import (
 	"testing"
 
+	. "github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
 )
 

@@ -67,7 +67,9 @@ func parseOpenAPIHashes(v JSONValue) ([]OpenAPIPath, error) {
 // parseOpenAPIEntries reads one flat object with hashOf and checks the
 // entries, member by member.
 func parseOpenAPIEntries(obj JSONValue, hashOf func(path string, v JSONValue) (string, error)) ([]OpenAPIPath, error) {
-	var out []OpenAPIPath
+	// Empty, not nil, for an index without paths: nil is a server whose
+	// index is not known.
+	out := []OpenAPIPath{}
 	for members := obj.Members(); members.Next(); {
 		entry := OpenAPIPath{Path: members.Key().Str()}
 		hash, err := hashOf(entry.Path, members.Value())
@@ -126,8 +128,9 @@ type openAPIIndex struct {
 	// document is the merged /openapi/v3 index; nil when no server in the
 	// snapshot has one, and then the servers answer for themselves.
 	document *Document
-	// v2 is the server that answers GET /openapi/v2, -1 without servers.
-	v2 int
+	// coverage counts, per server, the group versions it serves: the
+	// server answering GET /openapi/v2 serves the most.
+	coverage []int
 }
 
 // openAPIPathRoute is where the requests for one listed path go.
@@ -142,8 +145,9 @@ type openAPIPathRoute struct {
 // deterministic choices RATIONALE.md explains: for a path, among the healthy
 // servers publishing it (all publishing ones while none is healthy), the
 // preferred server, else the newest version, else the lowest ID; for
-// /openapi/v2, the server serving the most group-versions, ties broken the
-// same way. Only sets and server IDs decide, never the order servers come in.
+// /openapi/v2 (decided per request, from coverage), the routable server
+// serving the most group-versions, ties broken the same way. Only sets and
+// server IDs decide, never the order servers come in.
 func (ix *Index) buildOpenAPI() {
 	o := &ix.openAPI
 	o.published = make(map[openAPIKey]ServerSet)
@@ -161,7 +165,7 @@ func (ix *Index) buildOpenAPI() {
 	paths := make([]string, 0, len(o.paths))
 	for path, r := range o.paths {
 		paths = append(paths, path)
-		r.chosen = ix.best(ix.healthyOr(r.publishers), nil)
+		r.chosen = ix.best(ix.routableOr(r.publishers), nil)
 		o.paths[path] = r
 	}
 	slices.Sort(paths)
@@ -181,20 +185,21 @@ func (ix *Index) buildOpenAPI() {
 		h.Write(body)
 		o.document = &Document{Body: body, ETag: quotedHex(h.Sum()), ContentType: "application/json"}
 	}
-	coverage := make([]int, len(servers))
+	o.coverage = make([]int, len(servers))
 	for _, set := range ix.gv {
 		for i := range servers {
 			if set.Has(i) {
-				coverage[i]++
+				o.coverage[i]++
 			}
 		}
 	}
-	o.v2 = ix.best(ix.healthyOr(ix.all), coverage)
 }
 
-// healthyOr is the healthy part of set, or set itself when none of it is.
-func (ix *Index) healthyOr(set ServerSet) ServerSet {
-	if h := set & ix.healthy; h != 0 {
+// routableOr is the routable part of set, or set itself when none of it is:
+// the merged index names a document even while only servers that are down
+// publish it.
+func (ix *Index) routableOr(set ServerSet) ServerSet {
+	if h := set & ix.routable; h != 0 {
 		return h
 	}
 	return set
@@ -286,74 +291,57 @@ func versionNumbers(v string) (n [3]int) {
 	return n
 }
 
-// decideOpenAPI routes the OpenAPI endpoints; ok is false for any other
-// request and for a path no server's index lists, which the servers then
-// answer as before.
-func (ix *Index) decideOpenAPI(req *Request, pick uint64) (d Decision, ok bool) {
+// decideOpenAPI routes the OpenAPI endpoints and returns the set it picked
+// from; ok is false for any other request and for a path no server's index
+// lists, which the servers then answer as before.
+func (ix *Index) decideOpenAPI(req *Request, c choice) (d Decision, from ServerSet, ok bool) {
 	if req.Method != "GET" && req.Method != "HEAD" {
-		return d, false
+		return d, 0, false
 	}
 	o := &ix.openAPI
 	switch {
 	case req.Path == openAPIV2Path:
-		if o.v2 < 0 {
-			return d, false
+		if c.routable == 0 {
+			return Decision{Action: Unavailable, Version: openAPIV2Path}, 0, true
 		}
-		return Decision{Action: Route, Server: o.v2}, true
+		v2 := ix.best(c.routable, o.coverage)
+		return Decision{Action: Route, Server: v2}, 1 << uint(v2), true
 	case req.Path == openAPIV3Root:
 		if o.document == nil {
-			return d, false
+			return d, 0, false
 		}
 		if ifNoneMatchMatches(req.IfNoneMatch, o.document.ETag) {
-			return Decision{Action: NotModified, Document: o.document}, true
+			return Decision{Action: NotModified, Document: o.document}, 0, true
 		}
-		return Decision{Action: ServeDocument, Document: o.document}, true
+		return Decision{Action: ServeDocument, Document: o.document}, 0, true
 	case !strings.HasPrefix(req.Path, openAPIV3Prefix):
-		return d, false
+		return d, 0, false
 	}
 	path := req.Path[len(openAPIV3Prefix):]
 	route, listed := o.paths[path]
 	if !listed {
-		return d, false
+		return d, 0, false
 	}
 	// Whoever published the hash serves exactly those bytes: the immutable
 	// caching kube-apiserver promises for a hashed URL stays true.
 	if hash := queryValue(req.Query, "hash"); hash != "" {
-		healthy := ix.healthy
-		if healthy == 0 {
-			healthy = ix.all
-		}
-		if set := o.published[openAPIKey{path, hash}] & healthy; set != 0 {
-			if ix.preferred >= 0 && set.Has(ix.preferred) {
-				return Decision{Action: Route, Server: ix.preferred}, true
+		if set := o.published[openAPIKey{path, hash}] & c.routable; set != 0 {
+			if c.preferred >= 0 && set.Has(c.preferred) {
+				return Decision{Action: Route, Server: c.preferred}, 1 << uint(c.preferred), true
 			}
-			return Decision{Action: Route, Server: set.Pick(pick)}, true
+			return Decision{Action: Route, Server: set.Pick(c.pick)}, set, true
 		}
 	}
-	if ix.healthy != 0 && !ix.healthy.Has(route.chosen) {
+	publishers := route.publishers & c.routable
+	if publishers == 0 {
 		// Only servers that are down publish it.
 		d.Action = Unavailable
 		d.Group, d.Version = openAPIGroupVersion(path)
-		return d, true
+		return d, 0, true
 	}
-	return Decision{Action: Route, Server: route.chosen}, true
-}
-
-// openAPICapable is, for an OpenAPI v3 document the index lists, the servers
-// that publish what Decide routes by: the requested hash, else the path.
-func (ix *Index) openAPICapable(req *Request) (set ServerSet, ok bool) {
-	path, isDoc := strings.CutPrefix(req.Path, openAPIV3Prefix)
-	if !isDoc || req.Method != "GET" && req.Method != "HEAD" {
-		return 0, false
-	}
-	route, listed := ix.openAPI.paths[path]
-	if !listed {
-		return 0, false
-	}
-	if set := ix.openAPI.published[openAPIKey{path, queryValue(req.Query, "hash")}]; set != 0 {
-		return set, true
-	}
-	return route.publishers, true
+	// The server the merged index points at, as long as it is routable.
+	chosen := ix.best(publishers, nil)
+	return Decision{Action: Route, Server: chosen}, 1 << uint(chosen), true
 }
 
 // openAPIGroupVersion names what an OpenAPI v3 path describes, for the 503

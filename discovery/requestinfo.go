@@ -158,7 +158,7 @@ func parsePath(method, path string) (info RequestInfo, ok bool) {
 	info.APIVersion = segments.at(next)
 	next++
 
-	if word := segments.at(next); word == "proxy" || word == "watch" {
+	if word := segments.at(next); IsPathVerb(word) {
 		if segments.count-next < 2 {
 			info.Verb = lowercaseMethod(method)
 			return info, false
@@ -381,7 +381,7 @@ func (p *listParams) slot(key string, escaped bool) *queryParam {
 			name  string
 			param *queryParam
 		}{
-			{"watch", &p.watch},
+			{WatchParameter, &p.watch},
 			{"limit", &p.limit},
 			{"timeoutSeconds", &p.timeoutSeconds},
 			{"fieldSelector", &p.fieldSelector},
@@ -394,7 +394,7 @@ func (p *listParams) slot(key string, escaped bool) *queryParam {
 		return nil
 	}
 	switch key {
-	case "watch":
+	case WatchParameter:
 		return &p.watch
 	case "limit":
 		return &p.limit

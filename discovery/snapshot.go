@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -45,6 +46,25 @@ type Server struct {
 	OpenAPI []OpenAPIPath
 }
 
+// NewSnapshot assembles a snapshot and checks it (Validate): it is how every
+// writer of the format makes one, so a snapshot that would be refused is
+// never encoded. servers is kept, not copied.
+func NewSnapshot(generation uint64, preferred string, servers []Server) (*Snapshot, error) {
+	s := &Snapshot{Generation: generation, Preferred: preferred, Servers: servers}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// AppendJSON appends the snapshot as the document ParseSnapshot reads (the
+// format in the package documentation). A group list that was parsed from a
+// document is written as those bytes, so encoding a snapshot of real servers
+// copies their documents instead of encoding them again.
+func (s *Snapshot) AppendJSON(dst []byte) []byte {
+	return appendMembers(dst, s, snapshotMembers[:])
+}
+
 // ParseSnapshot decodes and validates a snapshot document (format in the package
 // documentation). Any defect yields an error naming the server and field.
 func ParseSnapshot(raw []byte) (*Snapshot, error) {
@@ -61,31 +81,9 @@ func ParseSnapshotValue(doc JSONValue) (*Snapshot, error) {
 	if !doc.IsObject() {
 		return nil, fmt.Errorf("snapshot: must be a JSON object")
 	}
-	var gen, servers, preferred JSONValue
-	firstMembers(doc, []string{"generation", "servers", "preferred"}, []*JSONValue{&gen, &servers, &preferred})
-	generation, ok := gen.Uint()
-	if !ok || generation == 0 {
-		return nil, fmt.Errorf("snapshot: generation: must be a positive integer, got %s", describeValue(gen))
-	}
-	if !servers.IsArray() {
-		return nil, fmt.Errorf("snapshot: servers: must be an array, got %s", describeValue(servers))
-	}
-	snap := &Snapshot{Generation: generation}
-	if preferred.Exists() {
-		if !preferred.IsString() {
-			return nil, fmt.Errorf("snapshot: preferred: must be a server id, got %s", describeValue(preferred))
-		}
-		snap.Preferred = preferred.Str()
-	}
-	for elements := servers.Members(); elements.Next(); {
-		if len(snap.Servers) == MaxServers {
-			return nil, fmt.Errorf("snapshot: servers: more than %d servers", MaxServers)
-		}
-		srv, err := parseServer(len(snap.Servers), elements.Value())
-		if err != nil {
-			return nil, err
-		}
-		snap.Servers = append(snap.Servers, srv)
+	snap := &Snapshot{}
+	if err := readMembers(doc, snap, snapshotMembers[:], func(*Snapshot) string { return "snapshot" }); err != nil {
+		return nil, err
 	}
 	if err := snap.Validate(); err != nil {
 		return nil, err
@@ -93,78 +91,229 @@ func ParseSnapshotValue(doc JSONValue) (*Snapshot, error) {
 	return snap, nil
 }
 
-// parseServer reads one server's members, each a fixed number of calls deep:
-// the group lists are walked in loops (see parseGroupList), so a server with
-// more groups or deeper documents costs time, never stack.
-func parseServer(i int, s JSONValue) (Server, error) {
-	if !s.IsObject() {
-		return Server{}, fmt.Errorf("snapshot: servers[%d]: must be an object, got %s", i, describeValue(s))
-	}
-	var srv Server
-	var id, cluster, version, healthy, apis, api, openAPI JSONValue
-	firstMembers(s, []string{"id", "cluster", "version", "healthy", "apis", "api", "openapiV3"},
-		[]*JSONValue{&id, &cluster, &version, &healthy, &apis, &api, &openAPI})
-	for _, f := range []struct {
-		name string
-		v    JSONValue
-		dst  *string
-	}{{"id", id, &srv.ID}, {"cluster", cluster, &srv.Cluster}, {"version", version, &srv.Version}} {
-		v := f.v
-		if !v.IsString() {
-			return Server{}, fmt.Errorf("snapshot: servers[%d]: %s: must be a string, got %s", i, f.name, describeValue(v))
-		}
-		*f.dst = v.Str()
-	}
-	where := serverLabel(i, srv.ID)
-	if !healthy.IsBool() {
-		return Server{}, fmt.Errorf("snapshot: %s: healthy: must be true or false, got %s", where, describeValue(healthy))
-	}
-	srv.Healthy = healthy.Bool()
-	for _, f := range []struct {
-		name string
-		v    JSONValue
-		dst  *GroupList
-	}{{"apis", apis, &srv.APIs}, {"api", api, &srv.Core}} {
-		v := f.v
-		if !v.IsObject() {
-			return Server{}, fmt.Errorf("snapshot: %s: %s: must be an APIGroupDiscoveryList object, got %s", where, f.name, describeValue(v))
-		}
-		if deeperThan(v.Raw(), maxJSONNesting) {
-			return Server{}, fmt.Errorf("snapshot: %s: %s: %w", where, f.name, errTooDeep())
-		}
-		list, err := parseGroupList(v)
-		if err != nil {
-			return Server{}, fmt.Errorf("snapshot: %s: %s: %w", where, f.name, err)
-		}
-		*f.dst = list
-	}
-	if openAPI.Exists() {
-		paths, err := parseOpenAPIHashes(openAPI)
-		if err != nil {
-			return Server{}, fmt.Errorf("snapshot: %s: openapiV3: %w", where, err)
-		}
-		srv.OpenAPI = paths
-	}
-	return srv, nil
+// member is one member of a JSON object of the format: its name and how it
+// is read and written. The tables snapshotMembers and serverMembers are the
+// format; ParseSnapshot and AppendJSON both walk them, so a new field is one
+// more entry (and the Go field it fills).
+type member[T any] struct {
+	name string
+	// read fills into from v, which is missing when the document has no
+	// such member.
+	read func(v JSONValue, into *T) error
+	// omitted reports a value that is written by leaving the member out; nil
+	// for a member that is always written.
+	omitted func(from *T) bool
+	write   func(dst []byte, from *T) []byte
 }
 
-// firstMembers reads, in one pass over obj, the first member of each name
-// into the matching destination: looking each up with Get would skip over the
-// embedded documents once per name.
-func firstMembers(obj JSONValue, names []string, dsts []*JSONValue) {
+// locatedError is a defect whose message already says where it is, so the
+// member that contains it does not name itself again.
+type locatedError struct{ error }
+
+// readMembers reads every member of obj that the table names, the first of
+// each name only, in one pass (looking each up would skip over the embedded
+// documents once per name), then fills into in the table's order, so that
+// where (called after each member) can name what is read so far.
+func readMembers[T any](obj JSONValue, into *T, table []member[T], where func(*T) string) error {
+	values := make([]JSONValue, len(table))
 	for members := obj.Members(); members.Next(); {
-		for i, name := range names {
-			if !dsts[i].Exists() && members.Key().is(name) {
-				*dsts[i] = members.Value()
+		for i := range table {
+			if !values[i].Exists() && members.Key().is(table[i].name) {
+				values[i] = members.Value()
 				break
 			}
 		}
 	}
+	for i := range table {
+		if err := table[i].read(values[i], into); err != nil {
+			if located, ok := err.(locatedError); ok {
+				return located.error
+			}
+			return fmt.Errorf("%s: %s: %w", where(into), table[i].name, err)
+		}
+	}
+	return nil
+}
+
+func appendMembers[T any](dst []byte, from *T, table []member[T]) []byte {
+	dst = append(dst, '{')
+	first := true
+	for i := range table {
+		m := &table[i]
+		if m.omitted != nil && m.omitted(from) {
+			continue
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = appendJSONString(dst, m.name)
+		dst = append(dst, ':')
+		dst = m.write(dst, from)
+	}
+	return append(dst, '}')
+}
+
+// snapshotMembers is the snapshot document.
+var snapshotMembers = [...]member[Snapshot]{
+	{
+		name: "generation",
+		read: func(v JSONValue, s *Snapshot) error {
+			generation, ok := v.Uint()
+			if !ok || generation == 0 {
+				return fmt.Errorf("must be a positive integer, got %s", describeValue(v))
+			}
+			s.Generation = generation
+			return nil
+		},
+		write: func(dst []byte, s *Snapshot) []byte { return strconv.AppendUint(dst, s.Generation, 10) },
+	},
+	{
+		name: "preferred",
+		read: func(v JSONValue, s *Snapshot) error {
+			if !v.Exists() {
+				return nil
+			}
+			if !v.IsString() {
+				return fmt.Errorf("must be a server id, got %s", describeValue(v))
+			}
+			s.Preferred = v.Str()
+			return nil
+		},
+		omitted: func(s *Snapshot) bool { return s.Preferred == "" },
+		write:   func(dst []byte, s *Snapshot) []byte { return appendJSONString(dst, s.Preferred) },
+	},
+	{
+		name: "servers",
+		read: func(v JSONValue, s *Snapshot) error {
+			if !v.IsArray() {
+				return fmt.Errorf("must be an array, got %s", describeValue(v))
+			}
+			for elements := v.Members(); elements.Next(); {
+				if len(s.Servers) == MaxServers {
+					return fmt.Errorf("more than %d servers", MaxServers)
+				}
+				srv, err := parseServer(len(s.Servers), elements.Value())
+				if err != nil {
+					return locatedError{err}
+				}
+				s.Servers = append(s.Servers, srv)
+			}
+			return nil
+		},
+		write: func(dst []byte, s *Snapshot) []byte {
+			dst = append(dst, '[')
+			for i := range s.Servers {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = appendMembers(dst, &s.Servers[i], serverMembers[:])
+			}
+			return append(dst, ']')
+		},
+	},
+}
+
+// serverMembers is one server of the snapshot. Its members are each a fixed
+// number of calls deep: the group lists are walked in loops (see
+// parseGroupList), so a server with more groups or deeper documents costs
+// time, never stack.
+var serverMembers = [...]member[Server]{
+	stringMember("id", func(s *Server) *string { return &s.ID }),
+	stringMember("cluster", func(s *Server) *string { return &s.Cluster }),
+	stringMember("version", func(s *Server) *string { return &s.Version }),
+	{
+		name: "healthy",
+		read: func(v JSONValue, s *Server) error {
+			if !v.IsBool() {
+				return fmt.Errorf("must be true or false, got %s", describeValue(v))
+			}
+			s.Healthy = v.Bool()
+			return nil
+		},
+		write: func(dst []byte, s *Server) []byte { return strconv.AppendBool(dst, s.Healthy) },
+	},
+	groupListMember("apis", func(s *Server) *GroupList { return &s.APIs }),
+	groupListMember("api", func(s *Server) *GroupList { return &s.Core }),
+	{
+		name: "openapiV3",
+		read: func(v JSONValue, s *Server) error {
+			if !v.Exists() {
+				return nil
+			}
+			paths, err := parseOpenAPIHashes(v)
+			s.OpenAPI = paths
+			return err
+		},
+		omitted: func(s *Server) bool { return s.OpenAPI == nil },
+		write: func(dst []byte, s *Server) []byte {
+			dst = append(dst, '{')
+			for i := range s.OpenAPI {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = appendJSONString(dst, s.OpenAPI[i].Path)
+				dst = append(dst, ':')
+				dst = appendJSONString(dst, s.OpenAPI[i].Hash)
+			}
+			return append(dst, '}')
+		},
+	},
+}
+
+func stringMember(name string, field func(*Server) *string) member[Server] {
+	return member[Server]{
+		name: name,
+		read: func(v JSONValue, s *Server) error {
+			if !v.IsString() {
+				return fmt.Errorf("must be a string, got %s", describeValue(v))
+			}
+			*field(s) = v.Str()
+			return nil
+		},
+		write: func(dst []byte, s *Server) []byte { return appendJSONString(dst, *field(s)) },
+	}
+}
+
+// groupListMember is an APIGroupDiscoveryList; one parsed from a document is
+// written as that document's bytes.
+func groupListMember(name string, field func(*Server) *GroupList) member[Server] {
+	return member[Server]{
+		name: name,
+		read: func(v JSONValue, s *Server) error {
+			if !v.IsObject() {
+				return fmt.Errorf("must be an APIGroupDiscoveryList object, got %s", describeValue(v))
+			}
+			if deeperThan(v.Raw(), maxJSONNesting) {
+				return errTooDeep()
+			}
+			list, err := parseGroupList(v)
+			*field(s) = list
+			return err
+		},
+		write: func(dst []byte, s *Server) []byte {
+			if list := field(s); list.source != "" {
+				return append(dst, list.source...)
+			}
+			return field(s).AppendJSON(dst, true)
+		},
+	}
+}
+
+func parseServer(i int, v JSONValue) (Server, error) {
+	if !v.IsObject() {
+		return Server{}, fmt.Errorf("snapshot: servers[%d]: must be an object, got %s", i, describeValue(v))
+	}
+	var srv Server
+	err := readMembers(v, &srv, serverMembers[:], func(s *Server) string { return "snapshot: " + serverLabel(i, s.ID) })
+	return srv, err
 }
 
 // Validate checks the invariants every consumer relies on: a positive
 // generation, 1..MaxServers servers with unique well-formed IDs and clusters
-// (no '+' in a cluster), the core group only in /api and never in /apis.
+// (no '+' in a cluster), the core group only in /api and never in /apis,
+// OpenAPI index entries well-formed and sorted by path, and a preferred
+// server that is one of them.
 func (s *Snapshot) Validate() error {
 	if s.Generation == 0 {
 		return fmt.Errorf("snapshot: generation: must be positive")
@@ -198,19 +347,39 @@ func (s *Snapshot) Validate() error {
 			return fmt.Errorf("snapshot: %s: cluster: %q is also used by servers[%d]", where, srv.Cluster, j)
 		}
 		clusters[srv.Cluster] = i
-		for g := range srv.APIs.Items {
-			if srv.APIs.Items[g].Name() == "" {
-				return fmt.Errorf("snapshot: %s: apis: items[%d]: the core group belongs in /api, not /apis", where, g)
-			}
+		if err := srv.APIs.CheckPlacement(false); err != nil {
+			return fmt.Errorf("snapshot: %s: apis: %w", where, err)
 		}
-		for g := range srv.Core.Items {
-			if name := srv.Core.Items[g].Name(); name != "" {
-				return fmt.Errorf("snapshot: %s: api: items[%d] (%s): /api holds only the core group", where, g, name)
+		if err := srv.Core.CheckPlacement(true); err != nil {
+			return fmt.Errorf("snapshot: %s: api: %w", where, err)
+		}
+		for j := range srv.OpenAPI {
+			p := &srv.OpenAPI[j]
+			if err := checkOpenAPIPath(p); err != nil {
+				return fmt.Errorf("snapshot: %s: openapiV3: %w", where, err)
+			}
+			if j > 0 && p.Path <= srv.OpenAPI[j-1].Path {
+				return fmt.Errorf("snapshot: %s: openapiV3: %q: not sorted after %q, or listed twice", where, p.Path, srv.OpenAPI[j-1].Path)
 			}
 		}
 	}
 	if _, ok := ids[s.Preferred]; s.Preferred != "" && !ok {
 		return fmt.Errorf("snapshot: preferred: %q is the id of no server in the snapshot", s.Preferred)
+	}
+	return nil
+}
+
+// CheckPlacement reports what keeps the list from being a server's /api (core
+// set) or /apis document: the core group belongs in /api, and nothing else
+// does.
+func (l *GroupList) CheckPlacement(core bool) error {
+	for g := range l.Items {
+		switch name := l.Items[g].Name(); {
+		case !core && name == "":
+			return fmt.Errorf("items[%d]: the core group belongs in /api, not /apis", g)
+		case core && name != "":
+			return fmt.Errorf("items[%d] (%s): /api holds only the core group", g, name)
+		}
 	}
 	return nil
 }

@@ -1,9 +1,13 @@
-package discovery
+// An external test: discoverytest and fixtures build on discovery, so a
+// test of the package that uses them cannot be inside it.
+package discovery_test
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
+	. "github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
 )
 
@@ -36,7 +40,7 @@ func TestParseSnapshotRejectsMalformedInputNamingServerAndField(t *testing.T) {
 		{"duplicate cluster", replace(`"cluster":"kube-c"`, `"cluster":"kube-a"`), `servers[2] (apiserver-ccc): cluster: "kube-a" is also used by servers[0]`},
 		{"cluster with plus", replace(`"cluster":"kube-c"`, `"cluster":"kube-a+front-proxy"`), `servers[2] (apiserver-ccc): cluster: "kube-a+front-proxy": character '+' is not allowed`},
 		{"cluster with newline", replace(`"cluster":"kube-c"`, `"cluster":"kube\nc"`), "servers[2] (apiserver-ccc): cluster:"},
-		{"numeric version", replace(`"version":"v1.35.4"`, `"version":1.35`), "servers[0]: version: must be a string"},
+		{"numeric version", replace(`"version":"v1.35.4"`, `"version":1.35`), "servers[0] (apiserver-aaa): version: must be a string"},
 		{"healthy as string", replace(`"healthy":true`, `"healthy":"yes"`), `servers[0] (apiserver-aaa): healthy: must be true or false, got "yes"`},
 		{"missing apis", replace(`"apis":`, `"apiz":`), "servers[0] (apiserver-aaa): apis: must be an APIGroupDiscoveryList object, got nothing"},
 		{"apis not object", `{"generation":1,"servers":[{"id":"a","cluster":"b","version":"v","healthy":true,"apis":[],"api":{}}]}`, "servers[0] (a): apis: must be an APIGroupDiscoveryList object, got []"},
@@ -57,17 +61,29 @@ func TestParseSnapshotRejectsMalformedInputNamingServerAndField(t *testing.T) {
 }
 
 func TestParseSnapshotRejectsMoreThanMaxServers(t *testing.T) {
-	var servers []discoverytest.Server
+	valid, err := ParseSnapshot(discoverytest.SnapshotJSON(1, discoverytest.SkewedControlPlane()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var servers []Server
 	for i := range MaxServers + 1 {
-		s := discoverytest.SkewedControlPlane()[0]
+		s := valid.Servers[0]
 		s.ID = "apiserver-" + strings.Repeat("x", i+1)
 		s.Cluster = "kube-" + strings.Repeat("x", i+1)
 		servers = append(servers, s)
 	}
-	if _, err := ParseSnapshot(discoverytest.SnapshotJSON(1, servers)); err == nil || !strings.Contains(err.Error(), "more than 64 servers") {
+	tooMany := &Snapshot{Generation: 1, Servers: servers}
+	if _, err := ParseSnapshot(tooMany.AppendJSON(nil)); err == nil || !strings.Contains(err.Error(), "more than 64 servers") {
 		t.Fatalf("error %v; want the server limit named", err)
 	}
-	if _, err := ParseSnapshot(discoverytest.SnapshotJSON(1, servers[:MaxServers])); err != nil {
+	if _, err := NewSnapshot(1, "", servers); err == nil || !strings.Contains(err.Error(), "need 1 to 64 servers, got 65") {
+		t.Fatalf("building: error %v; want the server limit named", err)
+	}
+	limit, err := NewSnapshot(1, "", servers[:MaxServers])
+	if err != nil {
+		t.Fatalf("exactly %d servers refused: %v", MaxServers, err)
+	}
+	if _, err := ParseSnapshot(limit.AppendJSON(nil)); err != nil {
 		t.Fatalf("exactly %d servers rejected: %v", MaxServers, err)
 	}
 }
@@ -105,6 +121,15 @@ func FuzzParseSnapshot(f *testing.F) {
 		// Whatever parses must index and merge without failing.
 		if _, err := NewIndex(snap); err != nil {
 			t.Fatalf("parsed snapshot does not index: %v", err)
+		}
+		// And what the writer makes of it reads back as the same snapshot.
+		encoded := snap.AppendJSON(nil)
+		again, err := ParseSnapshot(encoded)
+		if err != nil {
+			t.Fatalf("the encoding of a parsed snapshot does not parse: %v", err)
+		}
+		if !bytes.Equal(again.AppendJSON(nil), encoded) {
+			t.Fatal("encode(parse(encode(s))) differs from encode(s)")
 		}
 	})
 }

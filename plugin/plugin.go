@@ -94,13 +94,9 @@ func (p *pluginContext) NewHttpContext(uint32) types.HttpContext {
 }
 
 // pick chooses a server for a request the plugin must name the server of
-// itself: a healthy one, or any while none is.
+// itself: a routable one.
 func (p *pluginContext) pick(ix *discovery.Index) int {
-	set := ix.Healthy()
-	if set == 0 {
-		set = ix.All()
-	}
-	i := set.Pick(p.picks)
+	i := ix.Routable().Pick(p.picks)
 	p.picks++
 	return i
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/discovery/discoverytest"
 	"github.com/skewgate/skewgate/fixtures"
 )
 
@@ -25,7 +26,7 @@ func capturedPlane(tb testing.TB) []fixtures.Server {
 // server healthy.
 func capturedIndex(tb testing.TB) *discovery.Index {
 	tb.Helper()
-	snap, err := discovery.ParseSnapshot(fixtures.Snapshot(1, capturedPlane(tb)))
+	snap, err := discovery.ParseSnapshot(discoverytest.CapturedSnapshotJSON(1, capturedPlane(tb)))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -7,6 +7,9 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/fixtures"
 )
 
 // Server describes one API server of a test control plane.
@@ -113,41 +116,65 @@ func GroupListJSON(groups map[string][]string, core bool) json.RawMessage {
 
 // SnapshotJSON renders a snapshot document for the servers.
 func SnapshotJSON(generation uint64, servers []Server) json.RawMessage {
-	members := make([]Member, 0, len(servers))
+	members := make([]discovery.Server, 0, len(servers))
 	for _, s := range servers {
-		m := Member{ID: s.ID, Cluster: s.Cluster, Version: s.Version, Healthy: s.Healthy,
-			APIs: GroupListJSON(s.Groups, false), API: GroupListJSON(s.Groups, true)}
-		if s.OpenAPI != nil {
-			m.OpenAPIV3 = s.OpenAPI
-		}
-		members = append(members, m)
+		members = append(members, ServerOf(s.ID, s.Cluster, s.Version, s.Healthy,
+			GroupListJSON(s.Groups, false), GroupListJSON(s.Groups, true), s.OpenAPI))
 	}
-	return RenderSnapshot(generation, members)
+	return Encode(generation, "", members...)
 }
 
 // Prefer returns the snapshot document with its preferred server set to id
-// (node-local mode).
+// (node-local mode), whether or not id names one of its servers.
 func Prefer(snapshot json.RawMessage, id string) json.RawMessage {
-	var doc map[string]json.RawMessage
-	if err := json.Unmarshal(snapshot, &doc); err != nil {
+	snap, err := discovery.ParseSnapshot(snapshot)
+	if err != nil {
 		panic("discoverytest: " + err.Error())
 	}
-	doc["preferred"] = mustMarshal(id)
-	return mustMarshal(doc)
+	snap.Preferred = id
+	return snap.AppendJSON(nil)
 }
 
-// Member is one server of a snapshot with its documents already rendered (or
-// captured from a real server).
-type Member struct {
-	ID      string          `json:"id"`
-	Cluster string          `json:"cluster"`
-	Version string          `json:"version"`
-	Healthy bool            `json:"healthy"`
-	APIs    json.RawMessage `json:"apis"`
-	API     json.RawMessage `json:"api"`
-	// OpenAPIV3 maps the paths of the server's /openapi/v3 index to their
-	// hashes, when the snapshot has it.
-	OpenAPIV3 map[string]string `json:"openapiV3,omitempty"`
+// ServerOf is a snapshot server with the /apis and /api documents given (as
+// rendered by GroupListJSON or captured from a real server) and, unless nil,
+// the /openapi/v3 index paths and hashes.
+func ServerOf(id, cluster, version string, healthy bool, apis, api []byte, openAPI map[string]string) discovery.Server {
+	srv := discovery.Server{ID: id, Cluster: cluster, Version: version, Healthy: healthy}
+	var err error
+	if srv.APIs, err = discovery.ParseGroupList(apis); err != nil {
+		panic("discoverytest: apis: " + err.Error())
+	}
+	if srv.Core, err = discovery.ParseGroupList(api); err != nil {
+		panic("discoverytest: api: " + err.Error())
+	}
+	if openAPI != nil {
+		if srv.OpenAPI, err = discovery.ParseOpenAPIIndex(OpenAPIIndexJSON(openAPI)); err != nil {
+			panic("discoverytest: openapi: " + err.Error())
+		}
+	}
+	return srv
+}
+
+// CapturedSnapshotJSON is the snapshot document of servers captured from real
+// kube-apiservers (fixtures.Servers), every one healthy, server i in cluster
+// "kube-<version>".
+func CapturedSnapshotJSON(generation uint64, servers []fixtures.Server) json.RawMessage {
+	members := make([]discovery.Server, len(servers))
+	for i, s := range servers {
+		members[i] = ServerOf(s.ID, "kube-"+s.Version, s.Version, true, s.APIs, s.API, nil)
+	}
+	return Encode(generation, "", members...)
+}
+
+// Encode is the snapshot document of the servers as the controller writes it
+// (discovery.NewSnapshot, then AppendJSON); it panics on a snapshot
+// NewSnapshot refuses.
+func Encode(generation uint64, preferred string, servers ...discovery.Server) json.RawMessage {
+	snap, err := discovery.NewSnapshot(generation, preferred, servers)
+	if err != nil {
+		panic("discoverytest: " + err.Error())
+	}
+	return snap.AppendJSON(nil)
 }
 
 // OpenAPIIndexJSON renders a /openapi/v3 index as kube-apiserver writes it:
@@ -177,11 +204,6 @@ func OpenAPIPaths(groups map[string][]string) []string {
 	}
 	slices.Sort(paths)
 	return slices.Compact(paths)
-}
-
-// RenderSnapshot renders a snapshot document (the format of discovery/doc.go).
-func RenderSnapshot(generation uint64, members []Member) json.RawMessage {
-	return mustMarshal(map[string]any{"generation": generation, "servers": members})
 }
 
 func mustMarshal(v any) json.RawMessage {

@@ -48,7 +48,7 @@ func TestOpenAPIThroughSkewgate(t *testing.T) {
 				return err
 			}
 			for _, s := range v.Servers {
-				if len(s.OpenAPIV3) == 0 {
+				if s.OpenAPI == nil {
 					return fmt.Errorf("%s has no /openapi/v3 index in snapshot generation %d", s.ID, v.Generation)
 				}
 			}

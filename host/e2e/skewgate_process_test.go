@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/host/internal/controller"
 	"github.com/skewgate/skewgate/host/internal/devpki"
 	"github.com/skewgate/skewgate/host/testcluster"
@@ -249,30 +249,19 @@ func (g *skewgate) restConfig() *rest.Config {
 	}
 }
 
-// snapshotServer is the part of a snapshot server entry the scenarios look at.
-type snapshotServer struct {
-	ID      string `json:"id"`
-	Cluster string `json:"cluster"`
-	Version string `json:"version"`
-	Healthy bool   `json:"healthy"`
-	// OpenAPIV3 is the server's /openapi/v3 index, absent until the controller has it.
-	OpenAPIV3 json.RawMessage `json:"openapiV3"`
-}
-
-type snapshotView struct {
-	Generation uint64           `json:"generation"`
-	Servers    []snapshotServer `json:"servers"`
-}
+// snapshotView is the snapshot the plugin runs with, as /debug/snapshot
+// shows it.
+type snapshotView struct{ *discovery.Snapshot }
 
 // server returns the entry of the cluster's server at url, if the snapshot has one.
-func (v snapshotView) server(serverURL string) (snapshotServer, bool) {
+func (v snapshotView) server(serverURL string) (discovery.Server, bool) {
 	name := clusterName(serverURL)
 	for _, s := range v.Servers {
 		if s.Cluster == name {
 			return s, true
 		}
 	}
-	return snapshotServer{}, false
+	return discovery.Server{}, false
 }
 
 // clusterName is the gateway's upstream name for the API server at url.
@@ -293,11 +282,11 @@ func (g *skewgate) snapshot() (snapshotView, error) {
 	if resp.status != http.StatusOK {
 		return snapshotView{}, fmt.Errorf("/debug/snapshot: HTTP %d: %s", resp.status, resp.body)
 	}
-	var v snapshotView
-	if err := json.Unmarshal(resp.body, &v); err != nil {
+	snap, err := discovery.ParseSnapshot(resp.body)
+	if err != nil {
 		return snapshotView{}, fmt.Errorf("/debug/snapshot: %w", err)
 	}
-	return v, nil
+	return snapshotView{snap}, nil
 }
 
 // waitSnapshot waits until the applied snapshot satisfies check and returns it.

@@ -236,13 +236,6 @@ func Parse(raw []byte) (*Config, error) {
 	return &Config{Options: opts, Snapshot: snap}, nil
 }
 
-// ParseOptions is Parse without the snapshot, which it neither requires nor
-// reads: for a host checking a configuration against its own settings.
-func ParseOptions(raw []byte) (Options, error) {
-	_, opts, err := parse(raw)
-	return opts, err
-}
-
 func parse(raw []byte) (discovery.JSONValue, Options, error) {
 	opts := Defaults()
 	doc, ok := discovery.ParseJSON(raw)

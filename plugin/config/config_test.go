@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
 )
 
@@ -89,13 +90,8 @@ var badValues = []struct {
 func TestParseRejectsEveryBadValueNamingTheField(t *testing.T) {
 	for _, tc := range badValues {
 		t.Run(tc.name, func(t *testing.T) {
-			for name, parse := range map[string]func([]byte) error{
-				"Parse":        func(raw []byte) error { _, err := Parse(raw); return err },
-				"ParseOptions": func(raw []byte) error { _, err := ParseOptions(raw); return err },
-			} {
-				if err := parse(withFields(tc.member)); err == nil || !strings.Contains(err.Error(), tc.want) {
-					t.Errorf("%s: error %v; want one containing %s", name, err, tc.want)
-				}
+			if _, err := Parse(withFields(tc.member)); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v; want one containing %s", err, tc.want)
 			}
 		})
 	}
@@ -149,15 +145,11 @@ func TestMarshalledOptionsParseBackToThemselves(t *testing.T) {
 	}
 }
 
-func TestParseOptionsNeedsNoSnapshotButParseDoes(t *testing.T) {
-	opts, err := ParseOptions([]byte(`{"identityMode":"front-proxy"}`))
-	if err != nil || opts.IdentityMode != IdentityFrontProxy || opts.RoutingHeader != DefaultRoutingHeader {
-		t.Errorf("ParseOptions = %+v, %v; want front-proxy and the default routing header", opts, err)
-	}
+func TestParseNeedsAValidSnapshot(t *testing.T) {
 	for _, tc := range []struct{ name, raw, want string }{
 		{"missing", `{}`, "configuration: snapshot: must be an object, got nothing (field missing)"},
 		{"not an object", `{"snapshot":[]}`, "configuration: snapshot: must be an object, got []"},
-		{"invalid", `{"snapshot":{"generation":0,"servers":[]}}`, "configuration: snapshot: generation"},
+		{"invalid", `{"snapshot":` + string((&discovery.Snapshot{}).AppendJSON(nil)) + `}`, "configuration: snapshot: generation"},
 		{"not JSON", `{"snapshot":`, "configuration: not valid JSON"},
 		{"not an object at all", `[]`, "configuration: must be a JSON object"},
 	} {

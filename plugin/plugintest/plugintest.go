@@ -534,6 +534,20 @@ func frontProxyAssertsVerifiedClientCertificate(t *testing.T, h Harness) {
 func invalidConfigurations(t *testing.T) []struct{ name, config, want string } {
 	valid := string(Config(t, 1, nil, discoverytest.SkewedControlPlane()))
 	with := func(prefix string) string { return strings.Replace(valid, `{"snapshot"`, `{`+prefix+`"snapshot"`, 1) }
+	// withSnapshot is the valid configuration with its snapshot spoilt by
+	// edit, as discovery's writer encodes it.
+	withSnapshot := func(edit func(*discovery.Snapshot)) string {
+		snap, err := discovery.ParseSnapshot(discoverytest.SnapshotJSON(1, discoverytest.SkewedControlPlane()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		edit(snap)
+		out, err := json.Marshal(map[string]json.RawMessage{"snapshot": snap.AppendJSON(nil)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
 	return []struct{ name, config, want string }{
 		{"not json", `{"snapshot":`, "not valid JSON"},
 		{"unknown field", `{"snapshot":{},"routingheader":"x"}`, "routingheader"},
@@ -544,10 +558,10 @@ func invalidConfigurations(t *testing.T) []struct{ name, config, want string } {
 		{"negative authorization cache", with(`"discoveryAuthorizationCacheSeconds":-1,`), "discoveryAuthorizationCacheSeconds: must be an integer from 0 to 300"},
 		{"authorization cache too long", with(`"discoveryAuthorizationCacheSeconds":301,`), "discoveryAuthorizationCacheSeconds"},
 		{"fractional authorization cache", with(`"discoveryAuthorizationCacheSeconds":1.5,`), "discoveryAuthorizationCacheSeconds"},
-		{"front-proxy suffix in a cluster", strings.Replace(valid, `"cluster":"kube-b"`, `"cluster":"kube-a+front-proxy"`, 1), "servers[1] (apiserver-bbb): cluster"},
+		{"front-proxy suffix in a cluster", withSnapshot(func(s *discovery.Snapshot) { s.Servers[1].Cluster = "kube-a+front-proxy" }), "servers[1] (apiserver-bbb): cluster"},
 		{"no snapshot", `{}`, "snapshot: must be an object"},
-		{"zero generation", `{"snapshot":{"generation":0,"servers":[]}}`, "generation"},
-		{"broken server", strings.Replace(valid, `"cluster":"kube-b"`, `"cluster":"kube b"`, 1), "servers[1] (apiserver-bbb): cluster"},
+		{"zero generation", withSnapshot(func(s *discovery.Snapshot) { s.Generation = 0 }), "generation"},
+		{"broken server", withSnapshot(func(s *discovery.Snapshot) { s.Servers[1].Cluster = "kube b" }), "servers[1] (apiserver-bbb): cluster"},
 	}
 }
 

@@ -193,7 +193,7 @@ func TestEnvoyConfigNamesClustersAsTheControllerDoes(t *testing.T) {
 		{"ECDS bootstrap", []string{"--envoy-ecds-file", "/etc/skewgate/ecds/skewgate.yaml"}, 0,
 			[]string{"apiserver-10-0-0-11-6443", "apiserver-10-0-0-12-6443", "config_discovery", "/etc/skewgate/ecds/skewgate.yaml"}},
 		{"inline plugin configuration", []string{"--snapshot", snapshot}, 0,
-			[]string{"apiserver-10-0-0-12-6443", "/etc/skewgate/skewgate.wasm", `"generation":7`}},
+			[]string{"apiserver-10-0-0-12-6443", "/etc/skewgate/skewgate.wasm", "deployments"}},
 		{"ECDS resource", []string{"--snapshot", snapshot, "--ecds-resource"}, 0,
 			[]string{"version_info: '7'", "envoy.config.core.v3.TypedExtensionConfig"}},
 		{"xDS bootstrap", []string{"--xds-address", "skewgate.kube-system.svc:18000", "--xds-ca-file", "/etc/skewgate/xds/ca.crt",

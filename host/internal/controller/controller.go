@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,11 +37,14 @@ type Controller struct {
 
 	// Touched only by Run's goroutine (and, during a probe, each server's own
 	// goroutine for its serverState).
-	servers     map[string]*serverState
-	generation  uint64
-	lastServers []byte // the "servers" array of the last built snapshot
-	pending     *Published
-	// unpublishable is set when lastServers could not become a snapshot (no
+	servers    map[string]*serverState
+	generation uint64
+	// lastContent is the last built snapshot encoded with generation 1: what
+	// the servers looked like, whatever the generation; spareContent is the
+	// buffer the next one is encoded into.
+	lastContent, spareContent []byte
+	pending                   *Published
+	// unpublishable is set when lastContent could not become a snapshot (no
 	// server, or invalid), so the current snapshot is behind.
 	unpublishable bool
 
@@ -77,21 +78,31 @@ type serverState struct {
 	// failures counts the consecutive probes that got no answer.
 	failures   int
 	version    string
-	apis, core document
-	// openAPI is the server's /openapi/v3 index in the snapshot's form; a
-	// server without one (never fetched, or refused) still serves its APIs.
-	openAPI document
+	apis, core fetched[discovery.GroupList]
+	// openAPI is the server's /openapi/v3 index; a server without one (never
+	// fetched, or refused) still serves its APIs.
+	openAPI fetched[[]discovery.OpenAPIPath]
 	// lastErrors holds the failure reason per path, so that a persisting
 	// failure is logged once and its recovery too.
 	lastErrors map[string]string
 }
 
 func (s *serverState) complete() bool {
-	return s.apis.raw != nil && s.core.raw != nil && s.version != ""
+	return s.apis.ok && s.core.ok && s.version != ""
 }
 
 func (s *serverState) forgetDocuments() {
-	s.apis, s.core, s.openAPI, s.version = document{}, document{}, document{}, ""
+	s.apis, s.core, s.openAPI, s.version = fetched[discovery.GroupList]{}, fetched[discovery.GroupList]{}, fetched[[]discovery.OpenAPIPath]{}, ""
+}
+
+// snapshotServer is the server as the snapshot describes it.
+func (s *serverState) snapshotServer() discovery.Server {
+	srv := discovery.Server{ID: s.id, Cluster: s.cluster, Version: s.version, Healthy: s.healthy,
+		APIs: s.apis.value, Core: s.core.value}
+	if s.openAPI.ok {
+		srv.OpenAPI = s.openAPI.value
+	}
+	return srv
 }
 
 // New validates opts and prepares a Controller; Run starts it.
@@ -395,7 +406,7 @@ func (c *Controller) probe(ctx context.Context, s *serverState, withDocuments bo
 	}
 	for _, d := range []struct {
 		path string
-		doc  *document
+		doc  *fetched[discovery.GroupList]
 	}{{pathAPIs, &s.apis}, {pathCore, &s.core}} {
 		doc, ferr := c.fetcher.document(ctx, s.address, d.path, *d.doc)
 		if ferr != nil {
@@ -454,11 +465,9 @@ func (c *Controller) expireUnhealthy(now time.Time) {
 // publish builds the snapshot and hands it over when it changed, or when the
 // previous hand-over failed.
 func (c *Controller) publish(ctx context.Context, now time.Time) {
-	servers := c.snapshotServers()
-	body := encodeServers(servers)
-	if !bytes.Equal(body, c.lastServers) {
-		c.lastServers = body
-		c.pending = c.build(servers, body)
+	states := c.snapshotServers()
+	if unnumbered := c.unnumbered(states); c.changed(unnumbered) {
+		c.pending = c.build(states, unnumbered)
 		c.unpublishable = c.pending == nil
 	}
 	if c.pending != nil {
@@ -474,45 +483,62 @@ func (c *Controller) publish(ctx context.Context, now time.Time) {
 		c.metrics.published(c.current.Snapshot.Generation, len(c.current.Snapshot.Servers))
 		c.log.Info("snapshot published", "generation", c.current.Snapshot.Generation, "servers", len(c.current.Snapshot.Servers))
 	}
-	if !c.unpublishable && slices.ContainsFunc(servers, func(s *serverState) bool { return s.healthy }) {
+	if !c.unpublishable && slices.ContainsFunc(states, func(s *serverState) bool { return s.healthy }) {
 		c.metrics.pollSucceeded(now)
 	}
 }
 
-// build numbers and validates a new snapshot; nil means there is nothing
-// publishable and the current snapshot stays.
-func (c *Controller) build(servers []*serverState, body []byte) *Published {
-	if len(servers) == 0 {
+// unnumbered is the snapshot of the servers (the snapshotServers) with
+// generation 1: encoded, it tells whether anything but the generation
+// changed.
+func (c *Controller) unnumbered(states []*serverState) *discovery.Snapshot {
+	snap := &discovery.Snapshot{Generation: 1, Servers: make([]discovery.Server, len(states))}
+	for i, s := range states {
+		snap.Servers[i] = s.snapshotServer()
+		if s.address == c.local {
+			// Until the local server has documents it is not in the snapshot,
+			// and requests are balanced over the others.
+			snap.Preferred = s.id
+		}
+	}
+	return snap
+}
+
+// changed reports whether the unnumbered snapshot differs from the last one
+// built. The encodings are written into two buffers used in turn, so a poll
+// that changes nothing allocates none.
+func (c *Controller) changed(unnumbered *discovery.Snapshot) bool {
+	content := unnumbered.AppendJSON(c.spareContent[:0])
+	if bytes.Equal(content, c.lastContent) {
+		c.spareContent = content
+		return false
+	}
+	c.lastContent, c.spareContent = content, c.lastContent
+	return true
+}
+
+// build numbers and checks a new snapshot of the servers (states in the
+// same order); nil means there is nothing publishable and the current
+// snapshot stays.
+func (c *Controller) build(states []*serverState, unnumbered *discovery.Snapshot) *Published {
+	if len(states) == 0 {
 		if c.current != nil {
 			c.log.Warn("no API server left in the snapshot; the last published snapshot stays current")
 		}
 		return nil
 	}
 	c.generation++
-	raw := make([]byte, 0, len(body)+320)
-	raw = append(raw, `{"generation":`...)
-	raw = strconv.AppendUint(raw, c.generation, 10)
-	if i := slices.IndexFunc(servers, func(s *serverState) bool { return s.address == c.local }); i >= 0 {
-		// Until the local server has documents it is not in the snapshot, and
-		// requests are balanced over the others.
-		id, _ := json.Marshal(servers[i].id) // marshalling a string cannot fail
-		raw = append(raw, `,"preferred":`...)
-		raw = append(raw, id...)
-	}
-	raw = append(raw, `,"servers":`...)
-	raw = append(raw, body...)
-	raw = append(raw, '}')
-	snap, err := discovery.ParseSnapshot(raw)
+	snap, err := discovery.NewSnapshot(c.generation, unnumbered.Preferred, unnumbered.Servers)
 	if err != nil {
 		c.metrics.invalidSnapshot()
 		c.log.Error("built snapshot is invalid and was not published", "generation", c.generation, "err", err)
 		return nil
 	}
-	addresses := make(map[string]string, len(servers))
-	for _, s := range servers {
+	addresses := make(map[string]string, len(states))
+	for _, s := range states {
 		addresses[s.cluster] = s.address
 	}
-	return &Published{Raw: raw, Snapshot: snap, Addresses: addresses}
+	return &Published{Raw: snap.AppendJSON(nil), Snapshot: snap, Addresses: addresses}
 }
 
 // snapshotServers are the servers with documents, sorted by ID, at most
@@ -531,49 +557,6 @@ func (c *Controller) snapshotServers() []*serverState {
 		servers = servers[:discovery.MaxServers]
 	}
 	return servers
-}
-
-// encodeServers writes the snapshot's "servers" array with every document
-// embedded byte for byte as the server sent it.
-func encodeServers(servers []*serverState) []byte {
-	size := 2
-	for _, s := range servers {
-		// Documents plus room for the other members of the object.
-		size += len(s.apis.raw) + len(s.core.raw) + len(s.openAPI.raw) + 2*len(s.id) + 2*len(s.cluster) + len(s.version) + 96
-	}
-	var b bytes.Buffer
-	b.Grow(size)
-	b.WriteByte('[')
-	for i, s := range servers {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(`{"id":`)
-		writeJSONString(&b, s.id)
-		b.WriteString(`,"cluster":`)
-		writeJSONString(&b, s.cluster)
-		b.WriteString(`,"version":`)
-		writeJSONString(&b, s.version)
-		b.WriteString(`,"healthy":`)
-		b.WriteString(strconv.FormatBool(s.healthy))
-		b.WriteString(`,"apis":`)
-		b.Write(s.apis.raw)
-		b.WriteString(`,"api":`)
-		b.Write(s.core.raw)
-		if s.openAPI.raw != nil {
-			b.WriteString(`,"openapiV3":`)
-			b.Write(s.openAPI.raw)
-		}
-		b.WriteByte('}')
-	}
-	b.WriteByte(']')
-	return b.Bytes()
-}
-
-func writeJSONString(b *bytes.Buffer, s string) {
-	// Marshalling a string cannot fail.
-	out, _ := json.Marshal(s)
-	b.Write(out)
 }
 
 // notices logs each distinct problem once while it persists: a bad lease is

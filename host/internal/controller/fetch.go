@@ -60,10 +60,12 @@ func (e *fetchError) Error() string { return e.path + ": " + e.reason + ": " + e
 // that timed out or could not connect.
 func (e *fetchError) conclusive() bool { return e.reason == reasonNotReady || e.reason == reasonTLS }
 
-// document is a discovery document as a server served it, with its ETag.
-type document struct {
-	raw  []byte
-	etag string
+// fetched is one of a server's documents as the snapshot carries it, with
+// the ETag it was served with; ok is false until one was fetched.
+type fetched[T any] struct {
+	value T
+	etag  string
+	ok    bool
 }
 
 // fetcher performs the bounded, verified requests of one probe.
@@ -189,52 +191,42 @@ func checkVersion(v string) error {
 
 // document fetches /apis or /api, revalidating cached with If-None-Match. It
 // returns cached unchanged on 304 and a new document only when the answer is
-// an aggregated discovery list the snapshot can carry.
-func (f *fetcher) document(ctx context.Context, address, path string, cached document) (document, *fetchError) {
-	return f.revalidate(ctx, address, path, acceptAggregated, cached, func(resp response) ([]byte, *fetchError) {
+// an aggregated discovery list the snapshot can carry there.
+func (f *fetcher) document(ctx context.Context, address, path string, cached fetched[discovery.GroupList]) (fetched[discovery.GroupList], *fetchError) {
+	return revalidate(ctx, f, address, path, acceptAggregated, cached, func(resp response) (discovery.GroupList, *fetchError) {
 		if !isAggregatedDiscovery(resp.contentType) {
-			return nil, &fetchError{path, reasonContentType, fmt.Errorf("Content-Type %q is not an aggregated discovery list", resp.contentType)}
+			return discovery.GroupList{}, &fetchError{path, reasonContentType, fmt.Errorf("Content-Type %q is not an aggregated discovery list", resp.contentType)}
 		}
 		list, err := discovery.ParseGroupList(resp.body)
 		if err == nil {
-			err = checkPlacement(path, list)
+			err = list.CheckPlacement(path == pathCore)
 		}
 		if err != nil {
-			return nil, &fetchError{path, reasonMalformed, err}
+			return discovery.GroupList{}, &fetchError{path, reasonMalformed, err}
 		}
-		return resp.body, nil
+		return list, nil
 	})
 }
 
 // openAPIIndex fetches the server's /openapi/v3 index, revalidating cached with
-// If-None-Match, and returns it in the snapshot's form ({"<path>":"<hash>"});
-// an answer the snapshot could not carry keeps cached.
-func (f *fetcher) openAPIIndex(ctx context.Context, address string, cached document) (document, *fetchError) {
-	return f.revalidate(ctx, address, pathOpenAPI, "application/json", cached, func(resp response) ([]byte, *fetchError) {
+// If-None-Match; an answer the snapshot could not carry keeps cached.
+func (f *fetcher) openAPIIndex(ctx context.Context, address string, cached fetched[[]discovery.OpenAPIPath]) (fetched[[]discovery.OpenAPIPath], *fetchError) {
+	return revalidate(ctx, f, address, pathOpenAPI, "application/json", cached, func(resp response) ([]discovery.OpenAPIPath, *fetchError) {
 		paths, err := discovery.ParseOpenAPIIndex(resp.body)
 		if err != nil {
 			return nil, &fetchError{pathOpenAPI, reasonMalformed, err}
 		}
-		// The snapshot carries each path's hash, not the URL that repeats it.
-		hashes := make(map[string]string, len(paths))
-		for _, p := range paths {
-			hashes[p.Path] = p.Hash
-		}
-		raw, err := json.Marshal(hashes)
-		if err != nil {
-			return nil, &fetchError{pathOpenAPI, reasonMalformed, err}
-		}
-		return raw, nil
+		return paths, nil
 	})
 }
 
 // revalidate GETs path with If-None-Match for cached: on 304 cached stays, on
 // 200 carry turns the answer into what the snapshot holds, and any failure
 // keeps cached.
-func (f *fetcher) revalidate(ctx context.Context, address, path, accept string, cached document,
-	carry func(response) ([]byte, *fetchError)) (document, *fetchError) {
+func revalidate[T any](ctx context.Context, f *fetcher, address, path, accept string, cached fetched[T],
+	carry func(response) (T, *fetchError)) (fetched[T], *fetchError) {
 	var ifNoneMatch string
-	if cached.raw != nil {
+	if cached.ok {
 		ifNoneMatch = cached.etag
 	}
 	resp, ferr := f.get(ctx, address, path, accept, ifNoneMatch)
@@ -247,11 +239,11 @@ func (f *fetcher) revalidate(ctx context.Context, address, path, accept string, 
 	case resp.status != http.StatusOK:
 		return cached, &fetchError{path, reasonStatus, fmt.Errorf("HTTP %d", resp.status)}
 	}
-	raw, ferr := carry(resp)
+	value, ferr := carry(resp)
 	if ferr != nil {
 		return cached, ferr
 	}
-	return document{raw: raw, etag: resp.etag}, nil
+	return fetched[T]{value: value, etag: resp.etag, ok: true}, nil
 }
 
 // isAggregatedDiscovery accepts the media type API servers label aggregated
@@ -260,19 +252,4 @@ func isAggregatedDiscovery(contentType string) bool {
 	mediaType, params, err := mime.ParseMediaType(contentType)
 	return err == nil && mediaType == "application/json" &&
 		params["g"] == "apidiscovery.k8s.io" && params["v"] == "v2" && params["as"] == "APIGroupDiscoveryList"
-}
-
-// checkPlacement enforces what the snapshot requires: the core group only at
-// /api, and nothing else there.
-func checkPlacement(path string, list discovery.GroupList) error {
-	for i := range list.Items {
-		name := list.Items[i].Name()
-		if path == pathAPIs && name == "" {
-			return fmt.Errorf("items[%d]: the core group belongs at /api", i)
-		}
-		if path == pathCore && name != "" {
-			return fmt.Errorf("items[%d] (%s): only the core group belongs at /api", i, name)
-		}
-	}
-	return nil
 }

@@ -3,35 +3,43 @@ package envoyconfig
 import (
 	"fmt"
 	"testing"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/discovery/discoverytest"
+	"github.com/skewgate/skewgate/plugin/config"
 )
 
 // largePluginConfig is a snapshot the size of a real control plane's:
 // servers × groups × versions of discovery, roughly 1 KiB per resource.
 func largePluginConfig(b *testing.B, servers, groups int) []byte {
 	b.Helper()
-	var sb []byte
-	sb = fmt.Appendf(sb, `{"routingHeader":%q,"retryAfterSeconds":5,"trustPeerProxiedHeader":false,"identityMode":"front-proxy","discoveryAuthorizationCacheSeconds":10,"snapshot":{"generation":7,"servers":[`, DefaultRoutingHeader)
+	var members []discovery.Server
 	for s := range servers {
-		if s > 0 {
-			sb = append(sb, ',')
-		}
-		sb = fmt.Appendf(sb, `{"id":"apiserver-%04d","cluster":"apiserver-%c","version":"v1.36.3","healthy":true,"apis":{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","metadata":{},"items":[`, s, 'a'+s)
+		apis := []byte(`{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","metadata":{},"items":[`)
 		for g := range groups {
 			if g > 0 {
-				sb = append(sb, ',')
+				apis = append(apis, ',')
 			}
-			sb = fmt.Appendf(sb, `{"metadata":{"name":"group%d.example.io","creationTimestamp":null},"versions":[{"version":"v1","freshness":"Current","resources":[`, g)
+			apis = fmt.Appendf(apis, `{"metadata":{"name":"group%d.example.io","creationTimestamp":null},"versions":[{"version":"v1","freshness":"Current","resources":[`, g)
 			for r := range 8 {
 				if r > 0 {
-					sb = append(sb, ',')
+					apis = append(apis, ',')
 				}
-				sb = fmt.Appendf(sb, `{"resource":"things%d","responseKind":{"group":"","version":"","kind":"Thing%d"},"scope":"Namespaced","singularResource":"thing%d","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"subresources":[{"subresource":"status","responseKind":{"group":"","version":"","kind":"Thing%d"},"verbs":["get","patch","update"]}]}`, r, r, r, r)
+				apis = fmt.Appendf(apis, `{"resource":"things%d","responseKind":{"group":"","version":"","kind":"Thing%d"},"scope":"Namespaced","singularResource":"thing%d","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"subresources":[{"subresource":"status","responseKind":{"group":"","version":"","kind":"Thing%d"},"verbs":["get","patch","update"]}]}`, r, r, r, r)
 			}
-			sb = append(sb, "]}]}"...)
+			apis = append(apis, "]}]}"...)
 		}
-		sb = append(sb, `]},"api":{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","metadata":{},"items":[]}}`...)
+		apis = append(apis, "]}"...)
+		core := []byte(`{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","metadata":{},"items":[]}`)
+		members = append(members, discoverytest.ServerOf(fmt.Sprintf("apiserver-%04d", s), fmt.Sprintf("apiserver-%c", 'a'+s), "v1.36.3", true, apis, core, nil))
 	}
-	return append(sb, "]}}"...)
+	raw, err := config.Options{
+		RoutingHeader: DefaultRoutingHeader, RetryAfterSeconds: 5, IdentityMode: IdentityFrontProxy, DiscoveryAuthorizationCacheSeconds: 10,
+	}.Marshal(discoverytest.Encode(7, "", members...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return raw
 }
 
 func BenchmarkRenderECDSResource(b *testing.B) {

@@ -1,7 +1,6 @@
 package envoyconfig
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	earlymutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
+	previoushostsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/plugin/config"
 )
 
 // envoyTypes resolves exactly the typed configs skewgate's documents may use,
@@ -48,6 +49,7 @@ var envoyTypes = func() *protoregistry.Types {
 		&tlsv3.UpstreamTlsContext{},
 		&upstreamhttpv3.HttpProtocolOptions{},
 		&earlymutationv3.HeaderMutation{},
+		&previoushostsv3.PreviousHostsPredicate{},
 		&corev3.TypedExtensionConfig{},
 		&wrapperspb.StringValue{},
 	} {
@@ -158,101 +160,48 @@ func unpack[T proto.Message](a *anypb.Any) (T, error) {
 	return t, nil
 }
 
-// pluginConfigDoc is the plugin configuration schema; decoding rejects
-// unknown fields at every level.
-type pluginConfigDoc struct {
-	RoutingHeader          string `json:"routingHeader"`
-	RetryAfterSeconds      int    `json:"retryAfterSeconds"`
-	TrustPeerProxiedHeader bool   `json:"trustPeerProxiedHeader"`
-	IdentityMode           string `json:"identityMode"`
-	// DiscoveryAuthorizationCacheSeconds is how long the plugin reuses an
-	// API server's answer to whether a credential may read discovery.
-	DiscoveryAuthorizationCacheSeconds int `json:"discoveryAuthorizationCacheSeconds"`
-	Snapshot                           struct {
-		Generation uint64 `json:"generation"`
-		Servers    []struct {
-			ID      string             `json:"id"`
-			Cluster string             `json:"cluster"`
-			Version string             `json:"version"`
-			Healthy bool               `json:"healthy"`
-			APIs    groupDiscoveryList `json:"apis"`
-			API     groupDiscoveryList `json:"api"`
-		} `json:"servers"`
-	} `json:"snapshot"`
-}
+// pluginConfigKeys are the fields an example configuration sets explicitly,
+// so no default decides what the rendered files do.
+var pluginConfigKeys = []string{"routingHeader", "retryAfterSeconds", "trustPeerProxiedHeader", "identityMode", "discoveryAuthorizationCacheSeconds", "snapshot"}
 
-var (
-	pluginConfigKeys = []string{"routingHeader", "retryAfterSeconds", "trustPeerProxiedHeader", "identityMode", "discoveryAuthorizationCacheSeconds", "snapshot"}
-	serverKeys       = []string{"id", "cluster", "version", "healthy", "apis", "api"}
-)
-
-// parsePluginConfig checks that raw carries every field of the plugin
-// configuration with the right JSON types and nothing else.
-func parsePluginConfig(raw []byte) (pluginConfigDoc, error) {
-	var doc pluginConfigDoc
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&doc); err != nil {
-		return doc, fmt.Errorf("plugin configuration: %w", err)
+// parsePluginConfig judges raw by the plugin's own rules (config.Parse, which
+// reads the snapshot with discovery's reader) and requires every field to be
+// set.
+func parsePluginConfig(raw []byte) (*config.Config, error) {
+	cfg, err := config.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("plugin %w", err)
 	}
-	var presence struct {
-		Top      map[string]json.RawMessage
-		Snapshot struct {
-			Servers []map[string]json.RawMessage `json:"servers"`
-		} `json:"snapshot"`
-	}
-	if err := json.Unmarshal(raw, &presence.Top); err != nil {
-		return doc, err
-	}
-	if err := json.Unmarshal(presence.Top["snapshot"], &presence.Snapshot); err != nil {
-		return doc, fmt.Errorf("plugin configuration: snapshot: %w", err)
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return nil, err
 	}
 	for _, k := range pluginConfigKeys {
-		if _, ok := presence.Top[k]; !ok {
-			return doc, fmt.Errorf("plugin configuration: %s missing", k)
+		if _, ok := top[k]; !ok {
+			return nil, fmt.Errorf("plugin configuration: %s missing", k)
 		}
 	}
-	if doc.Snapshot.Generation == 0 || len(doc.Snapshot.Servers) == 0 {
-		return doc, errors.New("plugin configuration: snapshot needs a positive generation and at least one server")
-	}
-	for i, srv := range presence.Snapshot.Servers {
-		for _, k := range serverKeys {
-			if _, ok := srv[k]; !ok {
-				return doc, fmt.Errorf("plugin configuration: snapshot.servers[%d].%s missing", i, k)
-			}
-		}
-	}
-	for i, srv := range doc.Snapshot.Servers {
-		for name, list := range map[string]groupDiscoveryList{"apis": srv.APIs, "api": srv.API} {
-			if list.Kind != "APIGroupDiscoveryList" || list.APIVersion != "apidiscovery.k8s.io/v2" {
-				return doc, fmt.Errorf("plugin configuration: snapshot.servers[%d].%s is %s %s, want an apidiscovery.k8s.io/v2 APIGroupDiscoveryList", i, name, list.APIVersion, list.Kind)
-			}
-		}
-	}
-	if doc.IdentityMode != string(IdentityPassthrough) && doc.IdentityMode != string(IdentityFrontProxy) {
-		return doc, fmt.Errorf("plugin configuration: identityMode %q", doc.IdentityMode)
-	}
-	return doc, nil
+	return cfg, nil
 }
 
 // checkWasmFilter checks the skewgate Wasm filter config and returns its
 // parsed plugin configuration.
-func checkWasmFilter(w *wasmfilterv3.Wasm) (pluginConfigDoc, error) {
+func checkWasmFilter(w *wasmfilterv3.Wasm) (*config.Config, error) {
 	c := w.GetConfig()
 	vm := c.GetVmConfig()
 	switch {
 	case c.GetName() != FilterName || c.GetRootId() != FilterName || vm.GetVmId() != FilterName:
-		return pluginConfigDoc{}, fmt.Errorf("wasm: name/root_id/vm_id = %q/%q/%q, want %q", c.GetName(), c.GetRootId(), vm.GetVmId(), FilterName)
+		return nil, fmt.Errorf("wasm: name/root_id/vm_id = %q/%q/%q, want %q", c.GetName(), c.GetRootId(), vm.GetVmId(), FilterName)
 	case vm.GetRuntime() != wasmRuntimeV8:
-		return pluginConfigDoc{}, fmt.Errorf("wasm: runtime %q", vm.GetRuntime())
+		return nil, fmt.Errorf("wasm: runtime %q", vm.GetRuntime())
 	case c.GetFailurePolicy() != wasmv3.FailurePolicy_FAIL_CLOSED:
-		return pluginConfigDoc{}, fmt.Errorf("wasm: failure_policy %s, want FAIL_CLOSED", c.GetFailurePolicy())
+		return nil, fmt.Errorf("wasm: failure_policy %s, want FAIL_CLOSED", c.GetFailurePolicy())
 	case !path.IsAbs(vm.GetCode().GetLocal().GetFilename()):
-		return pluginConfigDoc{}, fmt.Errorf("wasm: code must be a local absolute file, got %v", vm.GetCode())
+		return nil, fmt.Errorf("wasm: code must be a local absolute file, got %v", vm.GetCode())
 	}
 	configuration, err := unpack[*wrapperspb.StringValue](c.GetConfiguration())
 	if err != nil {
-		return pluginConfigDoc{}, fmt.Errorf("wasm: configuration: %w", err)
+		return nil, fmt.Errorf("wasm: configuration: %w", err)
 	}
 	return parsePluginConfig([]byte(configuration.GetValue()))
 }
@@ -316,14 +265,14 @@ func checkBootstrap(doc []byte, ecdsWasm *wasmfilterv3.Wasm) error {
 	if err != nil {
 		return err
 	}
-	if plugin.IdentityMode == string(IdentityFrontProxy) && !downstream.GetRequireClientCertificate().GetValue() {
+	if plugin.IdentityMode == IdentityFrontProxy && !downstream.GetRequireClientCertificate().GetValue() {
 		return errors.New("front-proxy identity needs verified client certificates")
 	}
 	steered, balanced, err := checkRoutes(hcm.GetRouteConfig(), plugin.RoutingHeader)
 	if err != nil {
 		return err
 	}
-	mode := IdentityMode(plugin.IdentityMode)
+	mode := plugin.IdentityMode
 	clusters := map[string]*clusterv3.Cluster{}
 	var perServer int
 	for _, c := range b.GetStaticResources().GetClusters() {
@@ -344,6 +293,12 @@ func checkBootstrap(doc []byte, ecdsWasm *wasmfilterv3.Wasm) error {
 	if all := clusters[balanced]; all == nil || len(all.GetLoadAssignment().GetEndpoints()) != 1 ||
 		len(all.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()) != perServer {
 		return fmt.Errorf("the default route's cluster %q must exist and hold every API server", balanced)
+	}
+	for _, r := range hcm.GetRouteConfig().GetVirtualHosts()[0].GetRoutes() {
+		if r.GetRoute().GetCluster() == balanced && r.GetRoute().GetRetryPolicy().GetNumRetries().GetValue() != uint32(perServer-1) {
+			return fmt.Errorf("route %s retries %d times, want each of the other %d servers once", r.GetName(),
+				r.GetRoute().GetRetryPolicy().GetNumRetries().GetValue(), perServer-1)
+		}
 	}
 	for name, c := range clusters {
 		if base, ok := strings.CutSuffix(name, discovery.FrontProxyClusterSuffix); ok {
@@ -472,25 +427,28 @@ func checkDownstreamTLS(tls *tlsv3.DownstreamTlsContext) error {
 
 // checkHTTPConnectionManager checks the HCM and returns the plugin
 // configuration of its Wasm filter.
-func checkHTTPConnectionManager(hcm *hcmv3.HttpConnectionManager, ecdsWasm *wasmfilterv3.Wasm) (pluginConfigDoc, error) {
+func checkHTTPConnectionManager(hcm *hcmv3.HttpConnectionManager, ecdsWasm *wasmfilterv3.Wasm) (*config.Config, error) {
 	if hcm.GetForwardClientCertDetails() != hcmv3.HttpConnectionManager_SANITIZE {
-		return pluginConfigDoc{}, fmt.Errorf("forward_client_cert_details %s, want SANITIZE", hcm.GetForwardClientCertDetails())
+		return nil, fmt.Errorf("forward_client_cert_details %s, want SANITIZE", hcm.GetForwardClientCertDetails())
+	}
+	if !hcm.GetNormalizePath().GetValue() || hcm.GetPathWithEscapedSlashesAction() != hcmv3.HttpConnectionManager_UNESCAPE_AND_FORWARD {
+		return nil, errors.New("normalize_path and path_with_escaped_slashes_action UNESCAPE_AND_FORWARD: the routes, the plugin and the API servers must split a path alike")
 	}
 	if !hcm.GetUseRemoteAddress().GetValue() || hcm.GetXffNumTrustedHops() != 0 || hcm.GetSkipXffAppend() {
-		return pluginConfigDoc{}, errors.New("use_remote_address must be set at the edge, trusting no client X-Forwarded-For hop and appending the peer")
+		return nil, errors.New("use_remote_address must be set at the edge, trusting no client X-Forwarded-For hop and appending the peer")
 	}
 	if got := hcm.GetMaxRequestHeadersKb().GetValue(); got != maxRequestHeadersKB {
-		return pluginConfigDoc{}, fmt.Errorf("max_request_headers_kb %d, want %d", got, maxRequestHeadersKB)
+		return nil, fmt.Errorf("max_request_headers_kb %d, want %d", got, maxRequestHeadersKB)
 	}
 	if got := hcm.GetCommonHttpProtocolOptions().GetMaxHeadersCount().GetValue(); got != maxRequestHeaders {
-		return pluginConfigDoc{}, fmt.Errorf("common_http_protocol_options.max_headers_count %d, want %d", got, maxRequestHeaders)
+		return nil, fmt.Errorf("common_http_protocol_options.max_headers_count %d, want %d", got, maxRequestHeaders)
 	}
 	var upgrades []string
 	for _, u := range hcm.GetUpgradeConfigs() {
 		upgrades = append(upgrades, u.GetUpgradeType())
 	}
 	if !slices.Contains(upgrades, "websocket") || !slices.Contains(upgrades, "spdy/3.1") {
-		return pluginConfigDoc{}, fmt.Errorf("upgrades %q, want websocket and spdy/3.1", upgrades)
+		return nil, fmt.Errorf("upgrades %q, want websocket and spdy/3.1", upgrades)
 	}
 	filters := hcm.GetHttpFilters()
 	if len(filters) != 2 || filters[0].GetName() != FilterName {
@@ -498,29 +456,29 @@ func checkHTTPConnectionManager(hcm *hcmv3.HttpConnectionManager, ecdsWasm *wasm
 		for _, f := range filters {
 			names = append(names, f.GetName())
 		}
-		return pluginConfigDoc{}, fmt.Errorf("http_filters %q, want the %s filter then the router", names, FilterName)
+		return nil, fmt.Errorf("http_filters %q, want the %s filter then the router", names, FilterName)
 	}
 	if _, err := unpack[*routerv3.Router](filters[1].GetTypedConfig()); err != nil {
-		return pluginConfigDoc{}, fmt.Errorf("last HTTP filter: %w", err)
+		return nil, fmt.Errorf("last HTTP filter: %w", err)
 	}
 	wasm := ecdsWasm
 	if discovery := filters[0].GetConfigDiscovery(); discovery != nil {
 		if ecdsWasm == nil {
-			return pluginConfigDoc{}, errors.New("filter uses ECDS but no ECDS resource was given")
+			return nil, errors.New("filter uses ECDS but no ECDS resource was given")
 		}
 		if err := checkConfigDiscovery(discovery); err != nil {
-			return pluginConfigDoc{}, err
+			return nil, err
 		}
 	} else {
 		inline, err := unpack[*wasmfilterv3.Wasm](filters[0].GetTypedConfig())
 		if err != nil {
-			return pluginConfigDoc{}, fmt.Errorf("plugin filter: %w", err)
+			return nil, fmt.Errorf("plugin filter: %w", err)
 		}
 		wasm = inline
 	}
 	plugin, err := checkWasmFilter(wasm)
 	if err != nil {
-		return pluginConfigDoc{}, err
+		return nil, err
 	}
 	return plugin, checkEarlyRemovals(hcm, plugin.RoutingHeader)
 }
@@ -621,6 +579,12 @@ func checkRoutes(rc *routev3.RouteConfiguration, routingHeader string) (steered,
 		if sTimeouts != bTimeouts {
 			return "", "", fmt.Errorf("routes %s and %s must have the same timeouts", s.GetName(), b.GetName())
 		}
+		if err := checkRetryPolicy(s, true); err != nil {
+			return "", "", err
+		}
+		if err := checkRetryPolicy(b, false); err != nil {
+			return "", "", err
+		}
 		if last := i == len(routes)-2; last {
 			m := b.GetMatch()
 			if m.GetPrefix() != "/" || len(m.GetHeaders()) != 0 || len(m.GetQueryParameters()) != 0 {
@@ -635,6 +599,47 @@ func checkRoutes(rc *routev3.RouteConfiguration, routingHeader string) (steered,
 		return "", "", err
 	}
 	return routingHeader, balanced, nil
+}
+
+// retryableFailures are the failures Envoy tells that prove a request never
+// reached a server: the connection failed, the server refused the stream, or
+// the stream was reset before a byte of the request went out.
+var retryableFailures = map[string]bool{"connect-failure": true, "refused-stream": true, "reset-before-request": true}
+
+// checkRetryPolicy requires a route to retry what provably never reached a
+// server and nothing else (no status code, header or plain reset), as
+// skewgate serve does. A balanced route retries on a server it has not tried
+// (previous_hosts) and a steered one, whose cluster holds one server, only
+// what the server never saw, never a connection failure there again.
+func checkRetryPolicy(r *routev3.Route, steered bool) error {
+	p := r.GetRoute().GetRetryPolicy()
+	if p == nil {
+		return fmt.Errorf("route %s has no retry policy", r.GetName())
+	}
+	on := strings.Split(p.GetRetryOn(), ",")
+	for _, condition := range on {
+		if !retryableFailures[condition] {
+			return fmt.Errorf("route %s retries on %q, which a request that reached a server can meet", r.GetName(), condition)
+		}
+	}
+	if len(p.GetRetriableStatusCodes()) != 0 || len(p.GetRetriableHeaders()) != 0 || len(p.GetRetriableRequestHeaders()) != 0 {
+		return fmt.Errorf("route %s retries by status code or header", r.GetName())
+	}
+	if p.GetNumRetries() == nil || p.GetNumRetries().GetValue() == 0 {
+		return fmt.Errorf("route %s: num_retries must be explicit and positive", r.GetName())
+	}
+	previousHosts := len(p.GetRetryHostPredicate()) == 1 && p.GetRetryHostPredicate()[0].GetName() == "envoy.retry_host_predicates.previous_hosts"
+	switch {
+	case steered && slices.Contains(on, "connect-failure"):
+		return fmt.Errorf("steered route %s retries a connection failure on the one server that just failed", r.GetName())
+	case steered && (p.GetNumRetries().GetValue() != 1 || len(p.GetRetryHostPredicate()) != 0):
+		return fmt.Errorf("steered route %s: want one retry on its one server", r.GetName())
+	case !steered && (!previousHosts || p.GetHostSelectionRetryMaxAttempts() < 2):
+		return fmt.Errorf("balanced route %s must retry on a server it has not tried (previous_hosts, several host selection attempts)", r.GetName())
+	case !steered && !slices.Contains(on, "connect-failure"):
+		return fmt.Errorf("balanced route %s must retry a connection failure on another server, as skewgate serve does", r.GetName())
+	}
+	return nil
 }
 
 // routeTimeouts describes a route's timeouts; long is true when the route
@@ -803,6 +808,12 @@ func checkCluster(c *clusterv3.Cluster, mode IdentityMode) error {
 	}
 	if c.GetOutlierDetection() == nil {
 		return errors.New("no outlier detection")
+	}
+	// Every server while none is healthy, never a share of the servers known
+	// to be down while one is healthy (discovery's Routable).
+	if threshold := c.GetCommonLbConfig().GetHealthyPanicThreshold(); threshold == nil || threshold.GetValue() <= 0 ||
+		threshold.GetValue() >= 100.0/discovery.MaxServers {
+		return fmt.Errorf("healthy_panic_threshold %v: want a percentage above 0 and below one server of %d", threshold, discovery.MaxServers)
 	}
 	return nil
 }

@@ -3,6 +3,10 @@ package envoyconfig
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/discovery/discoverytest"
+	"github.com/skewgate/skewgate/plugin/config"
 )
 
 // The example deployment behind the checked-in files in plugin/envoy/: three
@@ -158,38 +162,24 @@ func exampleCoreAPI() groupDiscoveryList {
 
 // examplePluginConfig is the plugin configuration for the example servers.
 func examplePluginConfig(mode IdentityMode) []byte {
-	type server struct {
-		ID      string             `json:"id"`
-		Cluster string             `json:"cluster"`
-		Version string             `json:"version"`
-		Healthy bool               `json:"healthy"`
-		APIs    groupDiscoveryList `json:"apis"`
-		API     groupDiscoveryList `json:"api"`
+	mustMarshal := func(v any) []byte {
+		raw, err := json.Marshal(v)
+		if err != nil {
+			panic(fmt.Sprintf("example plugin configuration: %v", err))
+		}
+		return raw
 	}
-	var config struct {
-		RoutingHeader          string `json:"routingHeader"`
-		RetryAfterSeconds      int    `json:"retryAfterSeconds"`
-		TrustPeerProxiedHeader bool   `json:"trustPeerProxiedHeader"`
-		IdentityMode           string `json:"identityMode"`
-		// Seconds an API server's discovery authorization answer is reused.
-		DiscoveryAuthorizationCacheSeconds int `json:"discoveryAuthorizationCacheSeconds"`
-		Snapshot                           struct {
-			Generation uint64   `json:"generation"`
-			Servers    []server `json:"servers"`
-		} `json:"snapshot"`
-	}
-	config.RoutingHeader = DefaultRoutingHeader
-	config.RetryAfterSeconds = 5
-	config.IdentityMode = string(mode)
-	config.DiscoveryAuthorizationCacheSeconds = 10
-	config.Snapshot.Generation = 1
+	var servers []discovery.Server
 	for _, s := range exampleServers {
-		config.Snapshot.Servers = append(config.Snapshot.Servers, server{
-			ID: s.id, Cluster: s.cluster, Version: s.version, Healthy: true,
-			APIs: exampleAPIs(s), API: exampleCoreAPI(),
-		})
+		servers = append(servers, discoverytest.ServerOf(s.id, s.cluster, s.version, true,
+			mustMarshal(exampleAPIs(s)), mustMarshal(exampleCoreAPI()), nil))
 	}
-	raw, err := json.Marshal(config)
+	raw, err := config.Options{
+		RoutingHeader:                      DefaultRoutingHeader,
+		RetryAfterSeconds:                  5,
+		IdentityMode:                       mode,
+		DiscoveryAuthorizationCacheSeconds: 10,
+	}.Marshal(discoverytest.Encode(1, "", servers...))
 	if err != nil {
 		panic(fmt.Sprintf("example plugin configuration: %v", err))
 	}

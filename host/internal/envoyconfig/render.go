@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/skewgate/skewgate/discovery"
 )
@@ -213,8 +215,11 @@ func (s *Spec) httpConnectionManager(pluginFilter object) object {
 		// include the real client after whatever the client claimed.
 		{"use_remote_address", true},
 		{"forward_client_cert_details", "SANITIZE"},
-		// The plugin and the API servers must see the same path.
+		// The plugin and the API servers must see the same path, and so must
+		// the routes: an escaped slash (%2F) splits a path into more segments
+		// for the API server, which decodes it, than for a route regex.
 		{"normalize_path", true},
+		{"path_with_escaped_slashes_action", "UNESCAPE_AND_FORWARD"},
 		{"request_headers_timeout", "10s"},
 		// Envoy answers a passed route timeout itself, in plain text; clients
 		// decode a Kubernetes Status, so the answer is the one kube-apiserver's
@@ -309,44 +314,107 @@ type routeClass struct {
 	longRunning bool
 }
 
-// Long-running requests follow kube-apiserver's BasicLongRunningRequestCheck
-// (verbs watch and proxy; subresources attach, exec, proxy, log and
-// portforward; non-resource paths under /debug/pprof/) as far as Envoy can
-// tell them from the request. A request is long-running when
+// routeClasses are rendered from discovery.LongRunning, the classification
+// skewgate serve applies too (discovery.ClassifyRequest), as far as Envoy can
+// tell it from the request line and headers. A request is long-running when
 //   - its path is /api/V or /apis/G/V, optionally /namespaces/NS, then
-//     /RESOURCE/NAME/SUBRESOURCE[/...] with one of those subresources;
-//   - its path is /api/V/watch/... or /api/V/proxy/... (or the same under
-//     /apis/G/V), the verb prefixes;
-//   - its path starts with /debug/pprof/;
+//     /RESOURCE/NAME/SUBRESOURCE[/...] with a long-running subresource;
+//   - its path is /api/V/VERB/... (or the same under /apis/G/V) with a
+//     long-running verb that the path can name (watch, proxy);
+//   - its path starts with the long-running non-resource prefix;
 //   - it is an upgrade (WebSocket or SPDY, exec/attach/port-forward clients);
 //   - or its first watch query parameter is neither "0" nor "false" in any
-//     case, kube's reading of a boolean query parameter.
+//     ASCII case.
 //
 // Every other request is not long-running. Path segments are matched as
 // printable ASCII, which keeps each regex small for RE2's program size limit
 // (normalize_path leaves no other bytes in a path). The approximation errs
-// only towards long-running, withholding a deadline: a namespaced resource
-// itself named like one of the subresources (/api/v1/namespaces/NS/log)
-// matches too.
-var routeClasses = []routeClass{
-	{name: "subresource", path: safeRegexPath(apiPrefixRegex + `(?:/namespaces/` + segmentRegex + `)?/` + segmentRegex + `/` + segmentRegex +
-		`/(?:exec|attach|portforward|proxy|log)(?:/[!-~]*)?`), longRunning: true},
-	{name: "verb-path", path: safeRegexPath(apiPrefixRegex + `/(?:watch|proxy)/[!-~]+`), longRunning: true},
-	{name: "profiling", path: field{"prefix", "/debug/pprof/"}, longRunning: true},
-	{name: "upgrade", path: field{"prefix", "/"}, headers: list{presentHeader("upgrade")}, longRunning: true},
-	{name: "not-watch", path: field{"prefix", "/"}, query: list{object{
-		{"name", "watch"},
-		{"string_match", object{{"safe_regex", object{{"regex", `0|(?i:false)`}}}}},
-	}}},
-	{name: "watch", path: field{"prefix", "/"}, query: list{object{{"name", "watch"}, {"present_match", true}}}, longRunning: true},
-	{name: "default", path: field{"prefix", "/"}},
+// only towards long-running, withholding a deadline: Envoy sees neither
+// whether a watch parameter is on a list nor which word of a path names a
+// namespace, so a namespaced resource named like a subresource
+// (/api/v1/namespaces/NS/log) or a watch parameter on a get matches too.
+// routes_test.go checks this against discovery.ClassifyRequest on the requests
+// discoverytest.LongRunningProbes lists.
+var routeClasses = longRunningRouteClasses(discovery.LongRunning())
+
+func longRunningRouteClasses(lr discovery.LongRunningRequests) []routeClass {
+	var pathVerbs []string
+	watchQuery := false
+	for _, verb := range lr.Verbs {
+		expressed := false
+		if discovery.IsPathVerb(verb) {
+			pathVerbs = append(pathVerbs, verb)
+			expressed = true
+		}
+		if verb == discovery.WatchParameter {
+			// A list becomes a watch through the parameter named like the verb.
+			watchQuery, expressed = true, true
+		}
+		if !expressed {
+			panic("envoyconfig: no route can tell the long-running verb " + verb)
+		}
+	}
+	classes := []routeClass{
+		{name: "subresource", path: safeRegexPath(apiPrefixRegex + `(?:/namespaces/` + segmentRegex + `)?/` + segmentRegex + `/` + segmentRegex +
+			`/` + alternation(lr.Subresources) + `(?:/[!-~]*)?`), longRunning: true},
+		{name: "verb-path", path: safeRegexPath(apiPrefixRegex + `/` + alternation(pathVerbs) + `/[!-~]+`), longRunning: true},
+		// Outside resource paths the verb is the lowercased method.
+		{name: "verb-method", path: field{"prefix", "/"}, headers: list{object{
+			{"name", ":method"},
+			{"string_match", object{{"safe_regex", object{{"regex", asciiCaseInsensitive(lr.Verbs)}}}}},
+		}}, longRunning: true},
+		{name: "profiling", path: field{"prefix", lr.PathPrefix}, longRunning: true},
+		{name: "upgrade", path: field{"prefix", "/"}, headers: list{presentHeader("upgrade")}, longRunning: true},
+	}
+	if watchQuery {
+		classes = append(classes,
+			routeClass{name: "not-watch", path: field{"prefix", "/"}, query: list{object{
+				{"name", discovery.WatchParameter},
+				// ASCII case only: a value RE2 would fold onto "false" from
+				// outside ASCII (falſe) is a watch to kube-apiserver in
+				// some cases, and a deadline must never cut a watch.
+				{"string_match", object{{"safe_regex", object{{"regex", `0|[Ff][Aa][Ll][Ss][Ee]`}}}}},
+			}}},
+			routeClass{name: "watch", path: field{"prefix", "/"}, query: list{object{{"name", discovery.WatchParameter}, {"present_match", true}}}, longRunning: true})
+	}
+	return append(classes, routeClass{name: "default", path: field{"prefix", "/"}})
+}
+
+// asciiCaseInsensitive is a regex matching any of words in any ASCII case,
+// as strings.ToLower lowers a method onto them (no other character lowers
+// onto an ASCII letter of a verb).
+func asciiCaseInsensitive(words []string) string {
+	folded := make([]string, len(words))
+	for i, w := range words {
+		var b strings.Builder
+		for _, c := range w {
+			if upper := unicode.ToUpper(c); upper != c && upper < unicode.MaxASCII {
+				b.WriteString("[" + string(upper) + string(c) + "]")
+			} else {
+				b.WriteString(regexp.QuoteMeta(string(c)))
+			}
+		}
+		folded[i] = b.String()
+	}
+	return strings.Join(folded, "|")
+}
+
+// alternation is a regex matching exactly one of words.
+func alternation(words []string) string {
+	quoted := make([]string, len(words))
+	for i, w := range words {
+		quoted[i] = regexp.QuoteMeta(w)
+	}
+	return `(?:` + strings.Join(quoted, "|") + `)`
 }
 
 const (
-	// segmentRegex is one path segment: printable ASCII but '/'.
-	segmentRegex = `[!-.0-~]+`
-	// apiPrefixRegex is the group-version prefix of every resource path.
-	apiPrefixRegex = `/api(?:/` + segmentRegex + `|s/` + segmentRegex + `/` + segmentRegex + `)`
+	// segmentRegex is one path segment: printable ASCII but '/', or nothing,
+	// as kube-apiserver splits "//" into an empty segment.
+	segmentRegex = `[!-.0-~]*`
+	// apiPrefixRegex is the group-version prefix of every resource path,
+	// after the leading slashes kube-apiserver trims.
+	apiPrefixRegex = `/+api(?:/` + segmentRegex + `|s/` + segmentRegex + `/` + segmentRegex + `)`
 )
 
 func safeRegexPath(regex string) field {
@@ -390,7 +458,54 @@ func (s *Spec) route(c routeClass, steered bool) object {
 		// client that stalls while sending.
 		action = append(action, field{"timeout", requestTimeout})
 	}
+	if retry := s.retryPolicy(steered); retry != nil {
+		action = append(action, field{"retry_policy", retry})
+	}
 	return object{{"name", name}, {"match", match}, {"route", action}}
+}
+
+// Retries are limited to what provably never reached a server, as skewgate
+// serve retries (RATIONALE.md): a connection or TLS handshake that failed, a
+// stream the server refused (REFUSED_STREAM, as after a GOAWAY), and a stream
+// reset before any byte of the request went out. Envoy cannot read a
+// response body, so the shutting-down server's 429 and 503, which only their
+// bodies tell from priority and fairness or any other 503, are not retried.
+// Envoy buffers a request body for a retry up to the listener's buffer
+// limit, 1 MiB by default, as skewgate serve does.
+const (
+	retryOnNotSent = "refused-stream,reset-before-request"
+	// retryOnUnreached adds connection failures, worth retrying only on
+	// another server.
+	retryOnUnreached = "connect-failure," + retryOnNotSent
+	// hostSelectionAttempts bounds how often Envoy draws a host again when
+	// it drew one the request already tried; enough that a fresh one is all
+	// but certain among 64 servers with most of them tried.
+	hostSelectionAttempts = uint32(20)
+	previousHostsTypeURL  = "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"
+)
+
+// retryPolicy is a route's retry policy, or nil for none. A balanced request
+// may go to any server, so a retry goes to one it has not tried, each other
+// server at most once. A steered request goes to the one server the plugin
+// chose, and Envoy cannot choose another cluster: it is sent again there only
+// when the server never saw it, on a new stream, as Go's transport does for
+// skewgate serve.
+func (s *Spec) retryPolicy(steered bool) object {
+	if steered {
+		return object{{"retry_on", retryOnNotSent}, {"num_retries", uint32(1)}}
+	}
+	if len(s.Servers) < 2 {
+		return nil
+	}
+	return object{
+		{"retry_on", retryOnUnreached},
+		{"num_retries", uint32(len(s.Servers) - 1)},
+		{"retry_host_predicate", list{object{
+			{"name", "envoy.retry_host_predicates.previous_hosts"},
+			{"typed_config", object{{"@type", previousHostsTypeURL}}},
+		}}},
+		{"host_selection_retry_max_attempts", hostSelectionAttempts},
+	}
 }
 
 func (s *Spec) cluster(name, lbPolicy string, servers []Server, frontProxy bool) object {
@@ -407,6 +522,12 @@ func (s *Spec) cluster(name, lbPolicy string, servers []Server, frontProxy bool)
 		{"type", discovery},
 		{"connect_timeout", "5s"},
 		{"lb_policy", lbPolicy},
+		// Balance over the healthy servers, or over all of them only while
+		// none is healthy, as every choice of a server does (discovery's
+		// Routable): Envoy's default panics below 50% healthy and would
+		// send a share of requests to servers known to be down. One percent
+		// is less than one server of the at most 64 (discovery.MaxServers).
+		{"common_lb_config", object{{"healthy_panic_threshold", object{{"value", uint32(1)}}}}},
 		{"load_assignment", object{
 			{"cluster_name", name},
 			{"endpoints", list{object{{"lb_endpoints", endpoints}}}},

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/plugin/config"
 )
 
 var update = flag.Bool("update", false, "rewrite the rendered files in plugin/envoy from the example spec")
@@ -248,7 +249,26 @@ func TestDNSNamedServersGetStrictDNSClustersAndIPsStatic(t *testing.T) {
 	}
 }
 
+// editedSnapshot is the plugin configuration raw with its snapshot edited,
+// written by discovery's writer, checked or not.
+func editedSnapshot(t *testing.T, raw []byte, edit func(*discovery.Snapshot)) []byte {
+	t.Helper()
+	cfg, err := config.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(cfg.Snapshot)
+	out, err := cfg.Options.Marshal(cfg.Snapshot.AppendJSON(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func TestRenderRejectsInconsistentOrUnsafeSpecs(t *testing.T) {
+	withSnapshot := func(edit func(*discovery.Snapshot)) func(*Spec) {
+		return func(s *Spec) { s.PluginConfig = editedSnapshot(t, s.PluginConfig, edit) }
+	}
 	withPluginConfig := func(edit func(map[string]any)) func(*Spec) {
 		return func(s *Spec) {
 			var doc map[string]any
@@ -289,9 +309,9 @@ func TestRenderRejectsInconsistentOrUnsafeSpecs(t *testing.T) {
 		{"routing header in the identity namespace", func(s *Spec) { s.RoutingHeader = "x-remote-cluster" }, "reserved by the plugin"},
 		{"routing header with upper case", func(s *Spec) { s.RoutingHeader = "X-Skewgate-Upstream" }, "not a lower-case HTTP header name"},
 		{"missing wasm path", func(s *Spec) { s.WasmPath = "" }, "wasm path: missing"},
-		{"plugin configuration is not JSON", func(s *Spec) { s.PluginConfig = []byte("{routingHeader") }, "must be a JSON object"},
+		{"plugin configuration is not JSON", func(s *Spec) { s.PluginConfig = []byte("{routingHeader") }, "not valid JSON"},
 		{"plugin configuration is an array", func(s *Spec) { s.PluginConfig = []byte("[]") }, "must be a JSON object"},
-		{"plugin configuration is null", func(s *Spec) { s.PluginConfig = []byte("null") }, "got null"},
+		{"plugin configuration is null", func(s *Spec) { s.PluginConfig = []byte("null") }, "must be a JSON object"},
 		{"plugin steers with another header", withPluginConfig(func(d map[string]any) { d["routingHeader"] = "x-other" }), "differs from the routed header"},
 		{"plugin default header differs from the spec's", func(s *Spec) {
 			s.RoutingHeader = "x-other"
@@ -300,16 +320,12 @@ func TestRenderRejectsInconsistentOrUnsafeSpecs(t *testing.T) {
 		{"plugin identity mode differs", withPluginConfig(func(d map[string]any) { d["identityMode"] = "passthrough" }), "identityMode"},
 		{"plugin defaults to passthrough", withPluginConfig(func(d map[string]any) { delete(d, "identityMode") }), "identityMode"},
 		{"plugin field unknown", withPluginConfig(func(d map[string]any) { d["routingheader"] = "x" }), "unknown field"},
-		{"plugin without snapshot", withPluginConfig(func(d map[string]any) { delete(d, "snapshot") }), "snapshot: missing"},
-		{"plugin without servers", withPluginConfig(func(d map[string]any) {
-			d["snapshot"].(map[string]any)["servers"] = []any{}
-		}), "need at least one server"},
-		{"plugin steers to an unknown cluster", withPluginConfig(func(d map[string]any) {
-			d["snapshot"].(map[string]any)["servers"].([]any)[0].(map[string]any)["cluster"] = "apiserver-z"
-		}), "not one of the rendered per-server clusters"},
-		{"plugin steers to the all-servers cluster", withPluginConfig(func(d map[string]any) {
-			d["snapshot"].(map[string]any)["servers"].([]any)[0].(map[string]any)["cluster"] = DefaultAllServersCluster
-		}), "not one of the rendered per-server clusters"},
+		{"plugin without snapshot", withPluginConfig(func(d map[string]any) { delete(d, "snapshot") }), "snapshot: must be an object"},
+		{"plugin without servers", withSnapshot(func(s *discovery.Snapshot) { s.Servers = nil }), "need 1 to 64 servers, got 0"},
+		{"plugin steers to an unknown cluster", withSnapshot(func(s *discovery.Snapshot) { s.Servers[0].Cluster = "apiserver-z" }),
+			"not one of the rendered per-server clusters"},
+		{"plugin steers to the all-servers cluster", withSnapshot(func(s *discovery.Snapshot) { s.Servers[0].Cluster = DefaultAllServersCluster }),
+			"not one of the rendered per-server clusters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := exampleSpec()
@@ -572,6 +588,28 @@ func TestValidatorRejectsBrokenBootstraps(t *testing.T) {
 		{name: "request header count raised", edit: func(d map[string]any) {
 			asMap(hcmOf(d)["common_http_protocol_options"])["max_headers_count"] = 30000
 		}, want: "max_headers_count"},
+		{name: "escaped slashes kept", edit: func(d map[string]any) { delete(hcmOf(d), "path_with_escaped_slashes_action") }, want: "UNESCAPE_AND_FORWARD"},
+		{name: "a route retrying 503s", edit: func(d map[string]any) {
+			policy := asMap(dig(routesOf(d)[1], "route", "retry_policy"))
+			policy["retry_on"] = "connect-failure,5xx"
+		}, want: `retries on "5xx"`},
+		{name: "a route retrying any reset", edit: func(d map[string]any) {
+			policy := asMap(dig(routesOf(d)[0], "route", "retry_policy"))
+			policy["retry_on"] = "reset"
+		}, want: `retries on "reset"`},
+		{name: "a steered route retrying a connection failure on its one server", edit: func(d map[string]any) {
+			policy := asMap(dig(routesOf(d)[0], "route", "retry_policy"))
+			policy["retry_on"] = "connect-failure,refused-stream"
+		}, want: "on the one server that just failed"},
+		{name: "a balanced retry that may pick the server it tried", edit: func(d map[string]any) {
+			delete(asMap(dig(routesOf(d)[1], "route", "retry_policy")), "retry_host_predicate")
+		}, want: "previous_hosts"},
+		{name: "a route without retries", edit: func(d map[string]any) {
+			delete(asMap(dig(routesOf(d)[3], "route")), "retry_policy")
+		}, want: "no retry policy"},
+		{name: "Envoy's default panic threshold", edit: func(d map[string]any) {
+			delete(firstCluster(d), "common_lb_config")
+		}, want: "healthy_panic_threshold"},
 		{name: "plugin writes another header", edit: func(d map[string]any) {
 			editPluginConfig(t, d, func(p map[string]any) { p["routingHeader"] = "x-other" })
 		}, want: "x-other"},
@@ -579,9 +617,10 @@ func TestValidatorRejectsBrokenBootstraps(t *testing.T) {
 			editPluginConfig(t, d, func(p map[string]any) { p["retryAfter"] = 5 })
 		}, want: "unknown field"},
 		{name: "plugin steers to a missing cluster", edit: func(d map[string]any) {
-			editPluginConfig(t, d, func(p map[string]any) {
-				asMap(dig(p, "snapshot", "servers", 1))["cluster"] = "apiserver-z"
-			})
+			configuration := asMap(wasmConfigOf(d)["configuration"])
+			configuration["value"] = string(editedSnapshot(t, []byte(configuration["value"].(string)), func(s *discovery.Snapshot) {
+				s.Servers[1].Cluster = "apiserver-z"
+			}))
 		}, want: "apiserver-z"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

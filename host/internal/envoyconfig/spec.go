@@ -227,40 +227,19 @@ func (s Spec) CheckPluginConfig(pluginConfigJSON []byte) error {
 }
 
 func (s *Spec) checkPluginConfig(raw []byte) error {
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &top); err != nil {
-		return fmt.Errorf("envoyconfig: plugin configuration: must be a JSON object: %w", err)
-	}
-	if top == nil {
-		return errors.New("envoyconfig: plugin configuration: must be a JSON object, got null")
-	}
-	// The plugin's own rules, defaults included, judge every field.
-	opts, err := config.ParseOptions(raw)
+	// The plugin's own rules, defaults included, judge every field and the
+	// snapshot.
+	cfg, err := config.Parse(raw)
 	if err != nil {
 		return fmt.Errorf("envoyconfig: plugin %w", err)
 	}
-	if opts.RoutingHeader != s.RoutingHeader {
-		return fmt.Errorf("envoyconfig: plugin configuration: routingHeader %q differs from the routed header %q", opts.RoutingHeader, s.RoutingHeader)
+	if cfg.RoutingHeader != s.RoutingHeader {
+		return fmt.Errorf("envoyconfig: plugin configuration: routingHeader %q differs from the routed header %q", cfg.RoutingHeader, s.RoutingHeader)
 	}
-	if opts.IdentityMode != s.IdentityMode {
-		return fmt.Errorf("envoyconfig: plugin configuration: identityMode %q differs from the spec's %q", opts.IdentityMode, s.IdentityMode)
+	if cfg.IdentityMode != s.IdentityMode {
+		return fmt.Errorf("envoyconfig: plugin configuration: identityMode %q differs from the spec's %q", cfg.IdentityMode, s.IdentityMode)
 	}
-	var snapshot struct {
-		Servers []struct {
-			Cluster string `json:"cluster"`
-		} `json:"servers"`
-	}
-	rawSnapshot, ok := top["snapshot"]
-	if !ok {
-		return errors.New("envoyconfig: plugin configuration: snapshot: missing")
-	}
-	if err := json.Unmarshal(rawSnapshot, &snapshot); err != nil {
-		return fmt.Errorf("envoyconfig: plugin configuration: snapshot: %w", err)
-	}
-	if len(snapshot.Servers) == 0 {
-		return errors.New("envoyconfig: plugin configuration: snapshot: servers: need at least one server")
-	}
-	for i, srv := range snapshot.Servers {
+	for i, srv := range cfg.Snapshot.Servers {
 		if !slices.ContainsFunc(s.Servers, func(c Server) bool { return c.Cluster == srv.Cluster }) {
 			return fmt.Errorf("envoyconfig: plugin configuration: snapshot: servers[%d]: cluster %q is not one of the rendered per-server clusters", i, srv.Cluster)
 		}

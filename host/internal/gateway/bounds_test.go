@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/host/internal/wasmhost"
 )
 
@@ -277,18 +278,18 @@ func TestNoFreePluginVMIsAnswered429(t *testing.T) {
 func TestRequestClassIsKubeAPIServers(t *testing.T) {
 	for _, tc := range []struct {
 		method, target string
-		want           requestClass
+		want           discovery.RequestClass
 	}{
-		{"GET", commonPods, requestClass{}},
-		{"GET", commonPods + "/web", requestClass{}},
-		{"GET", commonPods + "?watch=1", requestClass{longRunning: true}},
-		{"POST", commonPods, requestClass{mutating: true}},
-		{"DELETE", commonPods, requestClass{mutating: true}},
-		{"PATCH", commonPods + "/web", requestClass{mutating: true}},
-		{"POST", commonPods + "/web/exec?command=ls", requestClass{longRunning: true, mutating: true}},
-		{"GET", "/apis", requestClass{}},
+		{"GET", commonPods, discovery.RequestClass{}},
+		{"GET", commonPods + "/web", discovery.RequestClass{}},
+		{"GET", commonPods + "?watch=1", discovery.RequestClass{LongRunning: true}},
+		{"POST", commonPods, discovery.RequestClass{Mutating: true}},
+		{"DELETE", commonPods, discovery.RequestClass{Mutating: true}},
+		{"PATCH", commonPods + "/web", discovery.RequestClass{Mutating: true}},
+		{"POST", commonPods + "/web/exec?command=ls", discovery.RequestClass{LongRunning: true, Mutating: true}},
+		{"GET", "/apis", discovery.RequestClass{}},
 		// As upstream: a non-resource request's verb is its method.
-		{"HEAD", "/healthz", requestClass{mutating: true}},
+		{"HEAD", "/healthz", discovery.RequestClass{Mutating: true}},
 	} {
 		r := httptest.NewRequest(tc.method, "https://gateway"+tc.target, nil)
 		if got := classify(r); got != tc.want {

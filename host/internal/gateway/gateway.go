@@ -371,28 +371,25 @@ func (g *Gateway) SetClientCertificate(cert *tls.Certificate) {
 	g.transports.setClientCertificate(cert)
 }
 
-// pickBalanced chooses a server in round robin over the healthy ones; when
-// none is healthy it uses all of them, as Envoy's panic threshold does, since
-// a real server's answer beats a certain 503.
+// pickBalanced chooses a server in round robin over the routable ones
+// (discovery's Routable: the healthy ones, or all while none is).
 func (g *Gateway) pickBalanced(s *state) *backend {
-	set := s.index.Healthy()
-	if set == 0 {
-		set = s.index.All()
-	}
-	return s.servers[set.Pick(g.roundRobin.Add(1)-1)]
+	return s.servers[s.index.Routable().Pick(g.roundRobin.Add(1)-1)]
 }
 
-// capableServers is the set of servers that could answer the request as the
-// cluster would; every server when any of them answers the same.
-func capableServers(ix *discovery.Index, r *http.Request) discovery.ServerSet {
-	path, _, ok := discovery.SplitRequestTarget(requestTarget(r))
+// capableServers is the set of servers the plugin's decision could send the
+// request to with the servers in tried left out (discovery's Capable); for a
+// request target the plugin cannot read, which it forwards, every routable
+// server but those.
+func capableServers(ix *discovery.Index, r *http.Request, tried discovery.ServerSet) discovery.ServerSet {
+	path, query, ok := discovery.SplitRequestTarget(requestTarget(r))
 	if !ok {
-		return ix.All()
+		return ix.Routable() &^ tried
 	}
-	if set := ix.Capable(&discovery.Request{Method: r.Method, Path: path}); set != 0 {
-		return set
-	}
-	return ix.All()
+	return ix.Capable(&discovery.Request{
+		Method: r.Method, Path: path, Query: query,
+		Accept: r.Header.Get("Accept"), IfNoneMatch: r.Header.Get("If-None-Match"),
+	}, tried)
 }
 
 // errRequestTimeout is the cause of a request's context when RequestTimeout
@@ -478,7 +475,7 @@ func (g *Gateway) resolve(s *state, cluster string) (b *backend, frontProxy bool
 
 // forward proxies the request with the plugin's headers to the backend it
 // chose, or to one in round robin.
-func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers [][2]string, arrived time.Time, class requestClass) {
+func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers [][2]string, arrived time.Time, class discovery.RequestClass) {
 	ex := &exchange{
 		state:      s,
 		inbound:    r,
@@ -508,12 +505,12 @@ func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers 
 			}
 		}
 	}
-	if !class.longRunning {
+	if !class.LongRunning {
 		// Counted from here, once a buffered body is in hand: its wait is
 		// bounded by the buffer budget and the client's share, so a client
 		// stalling its bodies cannot take the places of others.
 		limit, kind, reason := &g.readOnly, "read-only", "max_requests_inflight"
-		if class.mutating {
+		if class.Mutating {
 			limit, kind, reason = &g.mutating, "mutating", "max_mutating_requests_inflight"
 		}
 		if !limit.acquire() {
@@ -527,7 +524,7 @@ func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers 
 	defer ex.release()
 	defer func() { w.upstream = ex.current() }()
 	ctx := context.WithValue(r.Context(), exchangeKey{}, ex)
-	if !class.longRunning {
+	if !class.LongRunning {
 		// Like kube-apiserver's timeout filter, the deadline covers the whole
 		// response: a short request's body stopping past it is cut.
 		var cancel context.CancelFunc

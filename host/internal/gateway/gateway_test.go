@@ -407,6 +407,23 @@ func TestConnectionFailureRetryRules(t *testing.T) {
 	}
 }
 
+// /openapi/v2 goes to the server serving the most group versions (kube-a
+// and kube-b tie, kube-a has the lower ID); when kube-a cannot be reached
+// the retry goes to kube-b, the best server left, never to kube-c, whose
+// document lacks the widgets API.
+func TestOpenAPIV2IsRetriedOnlyOnTheBestServerLeft(t *testing.T) {
+	h := newHarness(t, harnessConfig{servers: retryServers(), refusing: []string{"kube-a"}})
+	for i := range 4 {
+		resp, got := do(t, h.client(nil, true), "GET", h.front.URL+"/openapi/v2", nil, nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: status %d: %.200s", i, resp.StatusCode, got)
+		}
+		if e := decodeEcho(t, got); e.Cluster != "kube-b" {
+			t.Errorf("request %d: served by %s, want kube-b", i, e.Cluster)
+		}
+	}
+}
+
 func TestBackendWithCertificateFromAnotherCAIsRefused(t *testing.T) {
 	servers := []discoverytest.Server{{ID: "server-a", Cluster: "kube-a", Version: "v1.36.3", Healthy: true, Groups: map[string][]string{"/v1": {"pods"}}}}
 	h := newHarness(t, harnessConfig{servers: servers, foreignCA: []string{"kube-a"}})

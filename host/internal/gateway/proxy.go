@@ -271,20 +271,14 @@ type replayedBody struct {
 	io.Closer
 }
 
-// retryTarget chooses a healthy server able to serve the request that it was
-// not sent to yet, or nil. When none looks healthy every server counts, as in
-// pickBalanced.
+// retryTarget chooses a server the request could have been sent to had the
+// servers it was sent to been down, or nil.
 func (g *Gateway) retryTarget(ex *exchange) *backend {
-	s := ex.state
-	healthy := s.index.Healthy()
-	if healthy == 0 {
-		healthy = s.index.All()
-	}
-	candidates := capableServers(s.index, ex.inbound) & healthy &^ ex.tried
+	candidates := capableServers(ex.state.index, ex.inbound, ex.tried)
 	if candidates == 0 {
 		return nil
 	}
-	return s.servers[candidates.Pick(g.roundRobin.Add(1)-1)]
+	return ex.state.servers[candidates.Pick(g.roundRobin.Add(1)-1)]
 }
 
 func errorKind(err error) string {

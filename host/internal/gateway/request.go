@@ -198,49 +198,10 @@ func headerFields(h http.Header) int {
 	return n
 }
 
-// longRunningVerbs and longRunningSubresources are kube-apiserver's
-// (BasicLongRunningRequestCheck as the control plane configures it).
-var (
-	longRunningVerbs        = map[string]bool{"watch": true, "proxy": true}
-	longRunningSubresources = map[string]bool{"attach": true, "exec": true, "proxy": true, "log": true, "portforward": true}
-)
-
-// requestClass is how kube-apiserver sorts a request for its
-// --request-timeout and its max-in-flight filter: long-running requests are
-// exempt from both; the others count as mutating unless their verb is get,
-// list or watch.
-type requestClass struct {
-	longRunning, mutating bool
-}
-
-// classify parses the request as kube-apiserver's RequestInfoFactory and
-// BasicLongRunningRequestCheck do: watches, proxying, exec, attach,
-// port-forward and logs, /debug/pprof/, and every protocol upgrade are
-// long-running.
-func classify(r *http.Request) requestClass {
-	c := requestClass{longRunning: upgradeType(r.Header) != ""}
-	path, rawQuery, ok := discovery.SplitRequestTarget(requestTarget(r))
-	if !ok {
-		c.mutating = r.Method != http.MethodGet
-		return c
-	}
-	// The error case (a verb-only path) is answered at once upstream; what
-	// was parsed still classifies it.
-	info, _ := discovery.ParseRequestInfo(r.Method, path, rawQuery)
-	switch info.Verb {
-	case "get", "list", "watch":
-	default:
-		c.mutating = true
-	}
-	switch {
-	case longRunningVerbs[info.Verb]:
-		c.longRunning = true
-	case info.IsResourceRequest:
-		c.longRunning = c.longRunning || longRunningSubresources[info.Subresource]
-	default:
-		c.longRunning = c.longRunning || strings.HasPrefix(info.Path, "/debug/pprof/")
-	}
-	return c
+// classify sorts the request as kube-apiserver does for its
+// --request-timeout and its max-in-flight filter (discovery.ClassifyRequest).
+func classify(r *http.Request) discovery.RequestClass {
+	return discovery.ClassifyRequest(r.Method, requestTarget(r), upgradeType(r.Header) != "")
 }
 
 // requestTarget is the request URI as the client sent it (path and query),

@@ -52,7 +52,7 @@ func TestLongRunningRequestsAreClassifiedAsKubeAPIServerDoes(t *testing.T) {
 				r.Header.Set("Connection", "Upgrade")
 				r.Header.Set("Upgrade", "websocket")
 			}
-			if got := classify(r).longRunning; got != tc.want {
+			if got := classify(r).LongRunning; got != tc.want {
 				t.Errorf("long-running = %v, want %v", got, tc.want)
 			}
 		})

@@ -9,7 +9,6 @@ package serve
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -782,7 +781,7 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 		s.writeECDS(config, snap.Generation)
 	}
 	if s.xds != nil {
-		s.publishXDS(config, raw, snap.Generation)
+		s.publishXDS(config, snap)
 	}
 	s.ready.Store(true)
 	return nil
@@ -828,8 +827,8 @@ func (s *Server) writeECDS(config []byte, generation uint64) {
 
 // publishXDS hands the management server the resource the ECDS file holds.
 // Only snapshots the plugin VMs accepted get here.
-func (s *Server) publishXDS(config, rawSnapshot []byte, generation uint64) {
-	version, err := s.xdsVersion(rawSnapshot)
+func (s *Server) publishXDS(config []byte, snap *discovery.Snapshot) {
+	version, err := s.xdsVersion(snap)
 	var doc []byte
 	if err == nil {
 		doc, err = envoyconfig.RenderExtensionConfig(config, s.cfg.EnvoyWasmPath)
@@ -843,27 +842,19 @@ func (s *Server) publishXDS(config, rawSnapshot []byte, generation uint64) {
 	}
 	if err != nil {
 		s.counts.xdsFailures.Add(1)
-		s.log.Error("publishing the plugin configuration over xDS failed", "generation", generation, "error", err)
+		s.log.Error("publishing the plugin configuration over xDS failed", "generation", snap.Generation, "error", err)
 	}
 }
 
 // xdsVersion names a snapshot's resource by what decides the plugin's
-// behaviour: the resource rendered with the snapshot's generation left out.
-// The generation counts this controller's snapshots since it started, so it
+// behaviour: the resource rendered with the snapshot numbered 1. The
+// generation counts this controller's snapshots since it started, so it
 // differs between replicas and across a restart for the same discovery, and
 // the plugin only reports it.
-func (s *Server) xdsVersion(rawSnapshot []byte) (string, error) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(rawSnapshot, &fields); err != nil {
-		return "", fmt.Errorf("snapshot: %w", err)
-	}
-	delete(fields, "generation")
-	// Marshalling a map sorts its keys: equal content, equal bytes.
-	behaviour, err := json.Marshal(fields)
-	if err != nil {
-		return "", err
-	}
-	config, err := s.pluginConfig(behaviour)
+func (s *Server) xdsVersion(snap *discovery.Snapshot) (string, error) {
+	unnumbered := *snap
+	unnumbered.Generation = 1
+	config, err := s.pluginConfig(unnumbered.AppendJSON(nil))
 	if err != nil {
 		return "", err
 	}

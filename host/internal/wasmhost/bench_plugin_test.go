@@ -36,7 +36,7 @@ func benchSnapshot(tb testing.TB, generation uint64) []byte {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return fixtures.Snapshot(generation, servers)
+	return discoverytest.CapturedSnapshotJSON(generation, servers)
 }
 
 // benchSnapshotWithOpenAPI is benchSnapshot with each server's /openapi/v3
@@ -48,7 +48,7 @@ func benchSnapshotWithOpenAPI(tb testing.TB, generation uint64) []byte {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	members := make([]discoverytest.Member, len(servers))
+	members := make([]discovery.Server, len(servers))
 	for i, s := range servers {
 		groups := map[string][]string{}
 		for _, doc := range [][]byte{s.APIs, s.API} {
@@ -66,10 +66,9 @@ func benchSnapshotWithOpenAPI(tb testing.TB, generation uint64) []byte {
 		for _, path := range discoverytest.OpenAPIPaths(groups) {
 			hashes[path] = fmt.Sprintf("%X", sha512.Sum512([]byte(path+"@"+s.Version)))
 		}
-		members[i] = discoverytest.Member{ID: s.ID, Cluster: "kube-" + s.Version, Version: s.Version, Healthy: true,
-			APIs: s.APIs, API: s.API, OpenAPIV3: hashes}
+		members[i] = discoverytest.ServerOf(s.ID, "kube-"+s.Version, s.Version, true, s.APIs, s.API, hashes)
 	}
-	return discoverytest.RenderSnapshot(generation, members)
+	return discoverytest.Encode(generation, "", members...)
 }
 
 func benchPluginConfig(tb testing.TB, generation uint64) []byte {

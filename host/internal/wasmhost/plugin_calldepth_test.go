@@ -34,15 +34,13 @@ func fixtureSnapshot(tb testing.TB, n int, down string) json.RawMessage {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	members := make([]discoverytest.Member, n)
+	members := make([]discovery.Server, n)
 	for i := range members {
 		s := captured[i%len(captured)]
-		members[i] = discoverytest.Member{
-			ID: fmt.Sprintf("%s-%02d", s.ID, i), Cluster: fmt.Sprintf("kube-%02d", i), Version: s.Version,
-			Healthy: s.Version != down, APIs: s.APIs, API: s.API,
-		}
+		members[i] = discoverytest.ServerOf(fmt.Sprintf("%s-%02d", s.ID, i), fmt.Sprintf("kube-%02d", i), s.Version,
+			s.Version != down, s.APIs, s.API, nil)
 	}
-	return discoverytest.RenderSnapshot(1, members)
+	return discoverytest.Encode(1, "", members...)
 }
 
 func fixturePluginConfig(tb testing.TB, snapshot json.RawMessage, options map[string]any) []byte {

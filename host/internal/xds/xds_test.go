@@ -114,7 +114,9 @@ func startServerWith(t testing.TB, p *pki, opts Options) *testServer {
 // configuration padded to about size bytes, and names it by its content.
 func extensionConfig(t testing.TB, generation, size int) (*corev3.TypedExtensionConfig, string) {
 	t.Helper()
-	config := fmt.Sprintf(`{"routingHeader":"x-skewgate-upstream","snapshot":{"generation":%d,"padding":%q}}`, generation, strings.Repeat("x", size))
+	// Not a snapshot the plugin would accept: the management server carries
+	// the configuration without reading it.
+	config := fmt.Sprintf(`{"routingHeader":"x-skewgate-upstream","snapshot":{"padding%d":%q}}`, generation, strings.Repeat("x", size))
 	doc, err := envoyconfig.RenderExtensionConfig([]byte(config), wasmPath)
 	if err != nil {
 		t.Fatal(err)

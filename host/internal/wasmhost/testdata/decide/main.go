@@ -7,6 +7,7 @@ package main
 
 import (
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/discovery/discoverytest"
 	"github.com/skewgate/skewgate/fixtures"
 )
 
@@ -34,7 +35,7 @@ func setup() int32 {
 	if err != nil {
 		return 1
 	}
-	snap, err := discovery.ParseSnapshot(fixtures.Snapshot(1, servers))
+	snap, err := discovery.ParseSnapshot(discoverytest.CapturedSnapshotJSON(1, servers))
 	if err != nil {
 		return 2
 	}
