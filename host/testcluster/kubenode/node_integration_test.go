@@ -1,0 +1,173 @@
+package kubenode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/skewgate/skewgate/host/testcluster"
+)
+
+// These tests run real nodes: containerd, runc, kubelets, kubeadm, static Pods of kube-apiserver,
+// etcd, kube-controller-manager and kube-scheduler. Binaries missing from the cache are built
+// first (`make test-binaries` builds them ahead).
+
+// startCluster creates a cluster whose teardown the test checks: nothing the cluster made may be
+// left on the machine.
+func startCluster(t *testing.T, ctx context.Context) *Cluster {
+	t.Helper()
+	before := snapshotMachine(t)
+	c, err := New(ctx, t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		namespaces := c.Namespaces()
+		for _, n := range c.Nodes() {
+			if t.Failed() {
+				t.Logf("node %s, kubelet log:\n%s\ncontainerd log:\n%s", n.Name, n.LogTail("kubelet", 40), n.LogTail("containerd", 20))
+			}
+		}
+		start := time.Now()
+		if err := c.Close(); err != nil {
+			t.Errorf("teardown: %v", err)
+		}
+		t.Logf("teardown of %d nodes took %s", len(c.Nodes()), time.Since(start).Round(time.Millisecond))
+		checkNothingLeft(t, before, namespaces, c.CgroupPrefix())
+	})
+	return c
+}
+
+// logUsage logs what the node's processes use, summed by program.
+func logUsage(t *testing.T, n *Node) {
+	t.Helper()
+	usage, err := n.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type total struct {
+		count int
+		rss   int64
+		cpu   float64
+	}
+	byName := map[string]*total{}
+	var names []string
+	var all int64
+	for _, u := range usage {
+		if byName[u.Name] == nil {
+			byName[u.Name] = &total{}
+			names = append(names, u.Name)
+		}
+		byName[u.Name].count++
+		byName[u.Name].rss += u.RSS
+		byName[u.Name].cpu += u.CPUSeconds
+		all += u.RSS
+	}
+	var b strings.Builder
+	for _, name := range names {
+		s := byName[name]
+		fmt.Fprintf(&b, "\n  %-28s ×%d  RSS %4d MiB  CPU %6.1f s", name, s.count, s.rss>>20, s.cpu)
+	}
+	t.Logf("node %s: %d processes, RSS %d MiB in all:%s", n.Name, len(usage), all>>20, b.String())
+}
+
+func TestKubeadmControlPlaneNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	c := startCluster(t, ctx)
+
+	n, err := c.AddNode(ctx, "cp-1", testcluster.KubeVersion136)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := n.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.WaitControlPlane(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubeadm init to a ready control plane took %s", time.Since(start).Round(time.Second))
+
+	// kubectl inside the node, through the node's own API server.
+	out, err := n.Run(ctx, "kubectl", "get", "nodes", "-o", "custom-columns=NAME:.metadata.name,KUBELET:.status.nodeInfo.kubeletVersion", "--no-headers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Fields(string(out)), []string{"cp-1", testcluster.KubeVersion136}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("kubectl get nodes: %q, want %q", out, want)
+	}
+
+	// The API server's view through the network, from outside the node.
+	config, err := n.AdminConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, err := client.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if version.GitVersion != testcluster.KubeVersion136 {
+		t.Errorf("server version %s, want %s", version.GitVersion, testcluster.KubeVersion136)
+	}
+	node, err := client.CoreV1().Nodes().Get(ctx, "cp-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addresses []string
+	for _, a := range node.Status.Addresses {
+		addresses = append(addresses, a.Address)
+	}
+	if !strings.Contains(strings.Join(addresses, " "), n.IP.String()) {
+		t.Errorf("node addresses %v lack the node's address %s", addresses, n.IP)
+	}
+
+	// Every image came from this machine: containerd pulled nothing.
+	raw, err := n.Run(ctx, "crictl", "images", "--output", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var images struct {
+		Images []struct {
+			RepoTags []string `json:"repoTags"`
+		} `json:"images"`
+	}
+	if err := json.Unmarshal(raw, &images); err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range images.Images {
+		for _, tag := range img.RepoTags {
+			if !strings.HasPrefix(tag, ImageRepository+"/") {
+				t.Errorf("node has image %s, not one of %s", tag, ImageRepository)
+			}
+		}
+	}
+
+	logUsage(t, n)
+
+	// A kubelet restart, as an upgrade does it: the supervisor starts it again, the static Pods
+	// keep running.
+	before := n.KubeletProcess()
+	n.RestartKubelet()
+	if err := poll(ctx, 200*time.Millisecond, func() error {
+		if p := n.KubeletProcess(); p == nil || p == before {
+			return fmt.Errorf("no new kubelet: %w", errNotYet)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.WaitControlPlane(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
