@@ -141,12 +141,20 @@ func recipeFor(c Component) (recipe, error) {
 			versionArgs: []string{"--version"},
 			versionText: func(v string) string { return "etcd Version: " + strings.TrimPrefix(v, "v") + "\n" },
 		}, nil
-	case Containerd, Ctr:
+	case Containerd:
 		return recipe{
 			module:      containerdModule,
-			mainPackage: "github.com/containerd/containerd/v2/cmd/" + string(c),
+			mainPackage: "github.com/containerd/containerd/v2/cmd/containerd",
 			versionArgs: []string{"--version"},
-			versionText: func(v string) string { return string(c) + " github.com/containerd/containerd/v2 " + v + " " },
+			// The revision follows, empty in a build from the module proxy.
+			versionText: func(v string) string { return "containerd github.com/containerd/containerd/v2 " + v + " " },
+		}, nil
+	case Ctr:
+		return recipe{
+			module:      containerdModule,
+			mainPackage: "github.com/containerd/containerd/v2/cmd/ctr",
+			versionArgs: []string{"--version"},
+			versionText: func(v string) string { return "ctr github.com/containerd/containerd/v2 " + v + "\n" },
 		}, nil
 	case ContainerdShim:
 		return recipe{

@@ -3,6 +3,7 @@ package testcluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -280,6 +281,43 @@ func TestVerifyBinaryTrustsOnlyACopyReportingTheExpectedVersion(t *testing.T) {
 			t.Errorf("verifyBinary of a missing file = %v, want ErrNotExist", err)
 		}
 	})
+}
+
+func TestEveryRecipeRecognisesTheVersionOutputOfItsRelease(t *testing.T) {
+	dir := t.TempDir()
+	// What the release builds print, as captured from them; each stand-in checks the arguments.
+	for _, tc := range []struct {
+		component Component
+		version   string
+		args      string
+		output    string
+	}{
+		{KubeAPIServer, "v1.36.3", "--version", "Kubernetes v1.36.3"},
+		{KubeScheduler, "v1.36.3", "--version", "Kubernetes v1.36.3"},
+		{KubeletComponent, "v1.36.3", "--version", "Kubernetes v1.36.3"},
+		{Kubeadm, "v1.36.3", "version -o short", "v1.36.3"},
+		{Kubectl, "v1.36.3", "version --client", "Client Version: v1.36.3\nKustomize Version: v5.8.1"},
+		{Etcd, "v3.6.16", "--version", "etcd Version: 3.6.16\nGit SHA: GitNotFound"},
+		{Containerd, "v2.2.9", "--version", "containerd github.com/containerd/containerd/v2 v2.2.9 "},
+		{Ctr, "v2.2.9", "--version", "ctr github.com/containerd/containerd/v2 v2.2.9"},
+		{ContainerdShim, "v2.2.9", "-v", "containerd-shim-runc-v2:\n  Version:  v2.2.9\n  Revision: \n  Go version: go1.26.8\n"},
+		{Crictl, "v1.37.0", "--version", "crictl version v1.37.0"},
+	} {
+		t.Run(string(tc.component), func(t *testing.T) {
+			r, err := recipeFor(tc.component)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, string(tc.component))
+			writeScript(t, path, fmt.Sprintf(`[ "$*" = %q ] || exit 2; printf '%%b\n' %q`, tc.args, tc.output), 0o755)
+			if err := verifyBinary(context.Background(), path, r, tc.version); err != nil {
+				t.Errorf("the release's own output: %v", err)
+			}
+			if err := verifyBinary(context.Background(), path, r, "v9.9.9"); err == nil {
+				t.Error("accepted as another version")
+			}
+		})
+	}
 }
 
 type discardLogger struct{}

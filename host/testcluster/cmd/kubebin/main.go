@@ -52,6 +52,9 @@ func (l stderrLogger) Logf(format string, args ...any) { l.Printf(format, args..
 func main() {
 	only := flag.String("only", "", "comma-separated component@version list to build instead of every pinned binary")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		log.Fatalf("unexpected arguments %q; -only takes one comma-separated list", flag.Args())
+	}
 
 	bins := pinnedBinaries()
 	if *only != "" {
