@@ -18,19 +18,22 @@ const (
 // its own root under the node's directory; no CNI, NRI, CDI or opt directories of the machine;
 // the node's sandbox image; and restrict_oom_score_adj, without which every sandbox fails here
 // (root lacks CAP_SYS_RESOURCE, so runc cannot lower oom_score_adj).
-func containerdConfig(root, cniDir, sandboxImage string) string {
+func containerdConfig(root, verifierDir, cniDir, sandboxImage string) string {
 	var b strings.Builder
 	line := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	line("version = 3")
 	line("root = %q", root)
 	line("state = %q", "/run/containerd")
-	// Plugins that would create or read directories of the machine (/opt/containerd, /etc/nri)
-	// and that a node does not use.
-	line("disabled_plugins = [%q, %q, %q]",
-		"io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri", "io.containerd.image-verifier.v1.bindir")
+	// Plugins that would create directories of the machine (/opt/containerd, /etc/nri) and that a
+	// node does not use.
+	line("disabled_plugins = [%q, %q]", "io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri")
 	line("")
 	line("[grpc]")
 	line("  address = %q", containerdSocket)
+	line("")
+	// Image verification (which the transfer and CRI plugins need) reads verifiers from here.
+	line("[plugins.'io.containerd.image-verifier.v1.bindir']")
+	line("  bin_dir = %q", verifierDir)
 	line("")
 	line("[plugins.'io.containerd.cri.v1.images'.pinned_images]")
 	line("  sandbox = %q", sandboxImage)

@@ -75,13 +75,19 @@ func (s *kubeletSupervisor) run() {
 		select {
 		case <-s.wake:
 		case <-exited:
-			if _, err := proc.Exited(); err != nil {
-				s.log.Logf("node %s: kubelet exited (%v); starting it again in %s; log:\n%s",
-					s.node.Name, err, kubeletRestartDelay, proc.LogTail(15))
-			}
 			s.mu.Lock()
-			s.proc = nil
+			// restart and stop let go of the process before they stop it.
+			unexpected := s.proc == proc
+			if unexpected {
+				s.proc = nil
+			}
 			s.mu.Unlock()
+			if !unexpected {
+				continue
+			}
+			_, err := proc.Exited()
+			s.log.Logf("node %s: kubelet exited (%v); starting it again in %s; log:\n%s",
+				s.node.Name, err, kubeletRestartDelay, proc.LogTail(15))
 			select {
 			case <-s.wake:
 			case <-time.After(kubeletRestartDelay):
@@ -141,14 +147,10 @@ func (s *kubeletSupervisor) start(argv []string) error {
 func (s *kubeletSupervisor) restart() {
 	s.mu.Lock()
 	proc := s.proc
+	s.proc = nil
 	s.mu.Unlock()
 	if proc != nil {
 		proc.Stop(kubeletStopGrace)
-		s.mu.Lock()
-		if s.proc == proc {
-			s.proc = nil
-		}
-		s.mu.Unlock()
 	}
 	s.poke()
 }
@@ -165,6 +167,7 @@ func (s *kubeletSupervisor) stop() {
 	s.mu.Lock()
 	s.stopped = true
 	proc := s.proc
+	s.proc = nil
 	s.mu.Unlock()
 	s.poke()
 	<-s.done

@@ -24,7 +24,7 @@ func TestParseKubeletFlagsReadsKubeadmsFlagsFile(t *testing.T) {
 }
 
 func TestContainerdConfigKeepsTheNodeOffTheMachinesDirectories(t *testing.T) {
-	got := containerdConfig("/nodes/cp-1/containerd", "/nodes/cp-1/cni", ImageRepository+"/pause:3.10.1")
+	got := containerdConfig("/nodes/cp-1/containerd", "/nodes/cp-1/image-verifiers", "/nodes/cp-1/cni", ImageRepository+"/pause:3.10.1")
 	for _, want := range []string{
 		"version = 3\n",
 		`root = "/nodes/cp-1/containerd"`,
@@ -36,6 +36,7 @@ func TestContainerdConfigKeepsTheNodeOffTheMachinesDirectories(t *testing.T) {
 		`conf_dir = "/nodes/cp-1/cni/net.d"`,
 		`"io.containerd.internal.v1.opt"`,
 		`"io.containerd.nri.v1.nri"`,
+		`bin_dir = "/nodes/cp-1/image-verifiers"`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("config lacks %s:\n%s", want, got)

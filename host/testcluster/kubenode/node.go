@@ -98,10 +98,9 @@ func (c *Cluster) AddNode(ctx context.Context, name, version string) (_ *Node, e
 		"PATH=" + filepath.Join(n.dir, "bin") + ":" + strings.TrimPrefix(hostEnv[0], "PATH="),
 		"HOME=" + filepath.Join(n.dir, "home"),
 		"KUBECONFIG=/etc/kubernetes/admin.conf",
-		"CONTAINER_RUNTIME_ENDPOINT=" + containerdEndpoint,
-		"IMAGE_SERVICE_ENDPOINT=" + containerdEndpoint,
 		"CONTAINERD_ADDRESS=" + containerdSocket,
 		"CONTAINERD_NAMESPACE=" + containerdNamespace,
+		"CRI_CONFIG_FILE=" + filepath.Join(n.dir, "crictl.yaml"),
 	}
 	if err := n.makeDirs(paths, version); err != nil {
 		return nil, err
@@ -186,6 +185,10 @@ func (n *Node) makeDirs(paths map[testcluster.Binary]string, version string) err
 	if err := os.WriteFile(filepath.Join(n.dir, "resolv.conf"), []byte(resolvConf), 0o644); err != nil {
 		return err
 	}
+	crictl := "runtime-endpoint: " + containerdEndpoint + "\nimage-endpoint: " + containerdEndpoint + "\ntimeout: 60\n"
+	if err := os.WriteFile(filepath.Join(n.dir, "crictl.yaml"), []byte(crictl), 0o644); err != nil {
+		return err
+	}
 	for _, b := range []testcluster.Binary{
 		{Component: testcluster.Containerd, Version: testcluster.ContainerdVersion},
 		{Component: testcluster.ContainerdShim, Version: testcluster.ContainerdVersion},
@@ -255,7 +258,7 @@ func (n *Node) kubeadmImages(ctx context.Context) ([]string, error) {
 
 func (n *Node) startContainerd(ctx context.Context, sandboxImage string) error {
 	config := filepath.Join(n.dir, "containerd.toml")
-	body := containerdConfig(filepath.Join(n.dir, "containerd"), filepath.Join(n.dir, "cni"), sandboxImage)
+	body := containerdConfig(filepath.Join(n.dir, "containerd"), filepath.Join(n.dir, "image-verifiers"), filepath.Join(n.dir, "cni"), sandboxImage)
 	if err := os.WriteFile(config, []byte(body), 0o644); err != nil {
 		return err
 	}
