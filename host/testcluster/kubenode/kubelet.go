@@ -38,10 +38,12 @@ type kubeletSupervisor struct {
 	node *Node
 	log  testcluster.Logger
 
-	mu      sync.Mutex
-	proc    *testcluster.Process
-	starts  int
-	stopped bool
+	mu     sync.Mutex
+	proc   *testcluster.Process
+	starts int
+	// stopping is a kubelet being stopped on purpose; no other starts until it has ended.
+	stopping *testcluster.Process
+	stopped  bool
 
 	wake chan struct{}
 	done chan struct{}
@@ -102,7 +104,7 @@ func (s *kubeletSupervisor) run() {
 // supervisor without a running kubelet starts one.
 func (s *kubeletSupervisor) kubeletCommand() ([]string, bool) {
 	s.mu.Lock()
-	running := s.proc != nil || s.stopped
+	running := s.proc != nil || s.stopping != nil || s.stopped
 	s.mu.Unlock()
 	if running {
 		return nil, false
@@ -130,7 +132,7 @@ func (s *kubeletSupervisor) kubeletCommand() ([]string, bool) {
 func (s *kubeletSupervisor) start(argv []string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stopped || s.proc != nil {
+	if s.stopped || s.proc != nil || s.stopping != nil {
 		return nil
 	}
 	proc, err := s.node.Start("kubelet", argv...)
@@ -147,11 +149,14 @@ func (s *kubeletSupervisor) start(argv []string) error {
 func (s *kubeletSupervisor) restart() {
 	s.mu.Lock()
 	proc := s.proc
-	s.proc = nil
+	s.proc, s.stopping = nil, proc
 	s.mu.Unlock()
 	if proc != nil {
 		proc.Stop(kubeletStopGrace)
 	}
+	s.mu.Lock()
+	s.stopping = nil
+	s.mu.Unlock()
 	s.poke()
 }
 

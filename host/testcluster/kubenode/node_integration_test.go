@@ -2,8 +2,13 @@ package kubenode
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -170,4 +175,102 @@ func TestKubeadmControlPlaneNode(t *testing.T) {
 	if err := n.WaitControlPlane(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestThreeControlPlaneNodes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	c := startCluster(t, ctx)
+
+	var nodes []*Node
+	for _, name := range []string{"cp-1", "cp-2", "cp-3"} {
+		n, err := c.AddNode(ctx, name, testcluster.KubeVersion136)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	start := time.Now()
+	if err := nodes[0].Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes[0].WaitControlPlane(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cp-1: kubeadm init to a ready control plane took %s", time.Since(start).Round(time.Second))
+	for _, n := range nodes[1:] {
+		start := time.Now()
+		if err := n.JoinControlPlane(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.WaitControlPlane(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: kubeadm join --control-plane to a ready control plane took %s", n.Name, time.Since(start).Round(time.Second))
+	}
+
+	// Every API server sees all three nodes, and etcd has three members.
+	for _, n := range nodes {
+		out, err := n.Run(ctx, "kubectl", "--server", "https://"+n.IP.String()+":6443", "get", "nodes", "-o", "name")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Fields(string(out)); strings.Join(got, " ") != "node/cp-1 node/cp-2 node/cp-3" {
+			t.Errorf("%s: kubectl get nodes = %q, want the three nodes", n.Name, got)
+		}
+	}
+	for _, n := range nodes {
+		if got := etcdMembers(t, ctx, c, n); strings.Join(got, " ") != "cp-1 cp-2 cp-3" {
+			t.Errorf("%s: etcd members %q, want cp-1, cp-2 and cp-3", n.Name, got)
+		}
+	}
+	for _, n := range nodes {
+		logUsage(t, n)
+	}
+}
+
+// etcdMembers asks the node's etcd for its members through etcd's JSON gateway, with kubeadm's
+// health-check client certificate, and returns their names, sorted.
+func etcdMembers(t *testing.T, ctx context.Context, c *Cluster, n *Node) []string {
+	t.Helper()
+	cert, err := tls.LoadX509KeyPair(n.HostPath("/etc/kubernetes/pki/etcd/healthcheck-client.crt"), n.HostPath("/etc/kubernetes/pki/etcd/healthcheck-client.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(n.HostPath("/etc/kubernetes/pki/etcd/ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		t.Fatal("no certificate in the etcd CA file")
+	}
+	client := &http.Client{Transport: &http.Transport{
+		DialContext:     c.Network.DialContext,
+		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots},
+	}}
+	url := "https://" + n.IP.String() + ":2379/v3/cluster/member/list"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Members []struct {
+			Name string `json:"name"`
+		} `json:"members"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatalf("%s: %v", url, err)
+	}
+	var names []string
+	for _, m := range list.Members {
+		names = append(names, m.Name)
+	}
+	slices.Sort(names)
+	return names
 }
