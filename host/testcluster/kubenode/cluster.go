@@ -253,15 +253,6 @@ func (c *Cluster) Close() error {
 		errs = append(errs, n.close(ctx))
 	}
 	c.Network.close()
-	if err := poll(ctx, 50*time.Millisecond, func() error {
-		procs, err := ProcessesIn(c.Network.Namespaces())
-		if err == nil && len(procs) > 0 {
-			return fmt.Errorf("processes in the network's namespace: %v: %w", procs, errNotYet)
-		}
-		return err
-	}); err != nil {
-		errs = append(errs, err)
-	}
 	if err := errors.Join(errs...); err != nil {
 		c.log.Logf("teardown failed; keeping %s for inspection", c.dir)
 		return err

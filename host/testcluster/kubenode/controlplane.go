@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/skewgate/skewgate/host/testcluster"
 )
 
 // ControlPlaneComponents are the static Pods kubeadm runs on every control-plane node.
@@ -32,8 +34,8 @@ func (n *Node) Init(ctx context.Context) error {
 		return fmt.Errorf("node %s initialised the cluster already", c.initNode.Name)
 	}
 	c.initNode = n
-	c.params.kubernetesVersion = n.Version("kubeadm")
 	params := c.params
+	params.kubernetesVersion = n.Version(testcluster.Kubeadm)
 	endpointSet := c.endpointIP.IsValid()
 	c.mu.Unlock()
 	if !endpointSet {
@@ -58,6 +60,8 @@ func (n *Node) JoinControlPlane(ctx context.Context) error {
 	if first == nil {
 		return errors.New("no node has initialised the cluster")
 	}
+	// The configuration is in the API of the joining node's kubeadm.
+	params.kubernetesVersion = n.Version(testcluster.Kubeadm)
 	ca, err := os.ReadFile(first.HostPath("/etc/kubernetes/pki/ca.crt"))
 	if err != nil {
 		return err

@@ -102,7 +102,8 @@ func (a kubeadmAPI) nodeRegistration(n nodeParams) map[string]any {
 	return reg
 }
 
-// clusterParams are the settings every node of a cluster shares.
+// clusterParams are the settings every node of a cluster shares, and the version of the kubeadm
+// that reads them.
 type clusterParams struct {
 	kubernetesVersion string
 	// endpoint is the control-plane endpoint's host name, resolved by every node's /etc/hosts.

@@ -164,15 +164,16 @@ func ProcessesIn(namespaces []Namespace) (map[int]string, error) {
 	return out, nil
 }
 
-// killAll sends SIGKILL to every process in the namespaces until none is left, and names those it
-// had to kill.
-func killAll(ctx context.Context, namespaces []Namespace) ([]string, error) {
+// killAll sends SIGKILL to every process in the namespaces but spared until none is left, and names
+// those it had to kill.
+func killAll(ctx context.Context, namespaces []Namespace, spared int) ([]string, error) {
 	var killed []string
 	for {
 		procs, err := ProcessesIn(namespaces)
 		if err != nil {
 			return killed, err
 		}
+		delete(procs, spared)
 		if len(procs) == 0 {
 			return killed, nil
 		}

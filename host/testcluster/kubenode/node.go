@@ -123,7 +123,6 @@ func (c *Cluster) AddNode(ctx context.Context, name, version string) (_ *Node, e
 	if n.IP, err = c.Network.attach(ctx, name, n.holder); err != nil {
 		return nil, err
 	}
-	c.Network.setName(name, n.IP)
 	for _, other := range c.Nodes() {
 		if err := other.writeHosts(); err != nil {
 			return nil, err
@@ -133,7 +132,7 @@ func (c *Cluster) AddNode(ctx context.Context, name, version string) (_ *Node, e
 		return nil, fmt.Errorf("node %s: cgroup root: %w", name, err)
 	}
 
-	refs, err := n.kubeadmImages(ctx)
+	refs, err := n.kubeadmImages(ctx, paths[testcluster.Binary{Component: testcluster.Kubeadm, Version: version}], version)
 	if err != nil {
 		return nil, err
 	}
@@ -246,10 +245,9 @@ func (n *Node) writeHosts() error {
 	return os.WriteFile(filepath.Join(n.dir, "hosts"), n.cluster.hostsFile(), 0o644)
 }
 
-// kubeadmImages asks the node's kubeadm which images its version uses.
-func (n *Node) kubeadmImages(ctx context.Context) ([]string, error) {
-	out, err := n.Run(ctx, "kubeadm", "config", "images", "list",
-		"--kubernetes-version", n.Version(testcluster.Kubeadm), "--image-repository", ImageRepository)
+// kubeadmImages asks kubeadm, run on the node, which images Kubernetes version uses.
+func (n *Node) kubeadmImages(ctx context.Context, kubeadm, version string) ([]string, error) {
+	out, err := n.Run(ctx, kubeadm, "config", "images", "list", "--kubernetes-version", version, "--image-repository", ImageRepository)
 	if err != nil {
 		return nil, err
 	}
@@ -330,27 +328,11 @@ func (n *Node) Provision(ctx context.Context, version string) error {
 	n.mu.Lock()
 	n.provisions[version] = paths
 	n.mu.Unlock()
-	if err := n.link(testcluster.Kubeadm, paths[testcluster.Binary{Component: testcluster.Kubeadm, Version: version}]); err != nil {
+	refs, err := n.kubeadmImages(ctx, paths[testcluster.Binary{Component: testcluster.Kubeadm, Version: version}], version)
+	if err != nil {
 		return err
-	}
-	// Listing version's images takes version's kubeadm; the node's stays in place.
-	refs, listErr := n.kubeadmImagesOf(ctx, version)
-	if err := n.link(testcluster.Kubeadm, n.binaryPath(testcluster.Kubeadm, n.Version(testcluster.Kubeadm))); err != nil {
-		return err
-	}
-	if listErr != nil {
-		return listErr
 	}
 	return n.importImages(ctx, version, refs, paths)
-}
-
-func (n *Node) kubeadmImagesOf(ctx context.Context, version string) ([]string, error) {
-	out, err := n.Run(ctx, "kubeadm", "config", "images", "list",
-		"--kubernetes-version", version, "--image-repository", ImageRepository)
-	if err != nil {
-		return nil, err
-	}
-	return kubeadmImages(out), nil
 }
 
 func (n *Node) binaryPath(c testcluster.Component, version string) string {
@@ -465,13 +447,14 @@ func (n *Node) close(ctx context.Context) error {
 		}
 		containerd.Stop(20 * time.Second)
 	}
-	n.holder.stop()
-	// Nothing should be left; whatever is outlived the steps meant to end it.
-	killed, err := killAll(ctx, n.holder.namespaces)
+	// Nothing but the holder should be left; whatever is outlived the steps meant to end it. While
+	// the holder keeps the namespaces alive, their inode numbers name only them.
+	killed, err := killAll(ctx, n.holder.namespaces, n.holder.proc.PID())
 	if len(killed) > 0 {
 		n.cluster.log.Logf("node %s: killed what outlived the teardown: %v", n.Name, killed)
 	}
 	errs = append(errs, err)
+	n.holder.stop()
 	errs = append(errs, removeCgroup(ctx, n.CgroupRoot))
 	n.cluster.log.Logf("node %s torn down in %s", n.Name, time.Since(start).Round(time.Millisecond))
 	return errors.Join(errs...)

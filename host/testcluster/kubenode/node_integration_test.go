@@ -160,13 +160,28 @@ func TestKubeadmControlPlaneNode(t *testing.T) {
 
 	logUsage(t, n)
 
-	// A kubelet restart, as an upgrade does it: the supervisor starts it again, the static Pods
-	// keep running.
+	// Binaries swapped mid-test, as an upgrade swaps them: another version provisioned (its
+	// binaries and images), the kubelet switched to it and restarted by the supervisor; the
+	// static Pods keep running and the node reports the kubelet it now runs. A 1.35 kubelet
+	// under a 1.36 control plane is within the version skew Kubernetes supports.
+	if err := n.Provision(ctx, testcluster.KubeVersion135); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.UseBinaries(testcluster.KubeVersion135, testcluster.KubeletComponent); err != nil {
+		t.Fatal(err)
+	}
 	before := n.KubeletProcess()
 	n.RestartKubelet()
-	if err := poll(ctx, 200*time.Millisecond, func() error {
+	if err := poll(ctx, time.Second, func() error {
 		if p := n.KubeletProcess(); p == nil || p == before {
 			return fmt.Errorf("no new kubelet: %w", errNotYet)
+		}
+		node, err := client.CoreV1().Nodes().Get(ctx, "cp-1", metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("%v: %w", err, errNotYet)
+		}
+		if got := node.Status.NodeInfo.KubeletVersion; got != testcluster.KubeVersion135 {
+			return fmt.Errorf("node reports kubelet %s: %w", got, errNotYet)
 		}
 		return nil
 	}); err != nil {
@@ -174,6 +189,9 @@ func TestKubeadmControlPlaneNode(t *testing.T) {
 	}
 	if err := n.WaitControlPlane(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if v := n.Version(testcluster.Kubeadm); v != testcluster.KubeVersion136 {
+		t.Errorf("kubeadm switched to %s along with the kubelet", v)
 	}
 }
 
