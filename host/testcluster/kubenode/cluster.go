@@ -24,6 +24,9 @@ import (
 // unless SetControlPlaneEndpoint says otherwise; the .invalid domain resolves nowhere else.
 const ControlPlaneEndpoint = "control-plane.skewgate.invalid"
 
+// teardownTimeout bounds the teardown of a cluster, or of a node that failed to start.
+const teardownTimeout = 5 * time.Minute
+
 // pausePackage is the static pause program: every node's sandbox image, and the process holding
 // each node's namespaces.
 const pausePackage = "github.com/skewgate/skewgate/host/testcluster/cmd/pause"
@@ -42,7 +45,9 @@ type Cluster struct {
 	cgroupV1 bool
 	params   clusterParams
 
-	mu         sync.Mutex
+	mu sync.Mutex
+	// names are the names of the nodes added or being added.
+	names      map[string]bool
 	nodes      []*Node
 	initNode   *Node
 	endpointIP netip.Addr
@@ -83,6 +88,7 @@ func New(ctx context.Context, log testcluster.Logger) (_ *Cluster, err error) {
 		cgroupV1: v1,
 		params:   clusterParams{endpoint: ControlPlaneEndpoint, token: newBootstrapToken(), certificateKey: newCertificateKey()},
 		images:   map[string]*imageSet{},
+		names:    map[string]bool{},
 	}
 	defer func() {
 		if err != nil {
@@ -246,7 +252,7 @@ func (c *Cluster) Close() error {
 	nodes := slices.Clone(c.nodes)
 	c.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), teardownTimeout)
 	defer cancel()
 	var errs []error
 	for _, n := range slices.Backward(nodes) {

@@ -73,12 +73,11 @@ func (c *Cluster) AddNode(ctx context.Context, name, version string) (_ *Node, e
 		return nil, fmt.Errorf("node name %q is not a valid host name label", name)
 	}
 	c.mu.Lock()
-	for _, n := range c.nodes {
-		if n.Name == name {
-			c.mu.Unlock()
-			return nil, fmt.Errorf("node %s exists", name)
-		}
+	if c.names[name] {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("node %s exists", name)
 	}
+	c.names[name] = true
 	c.mu.Unlock()
 	paths, err := testcluster.EnsureBinaries(ctx, c.log, NodeBinaries(version))
 	if err != nil {
@@ -114,7 +113,9 @@ func (c *Cluster) AddNode(ctx context.Context, name, version string) (_ *Node, e
 	c.mu.Unlock()
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, n.close(context.WithoutCancel(ctx)))
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+			defer cancel()
+			err = errors.Join(err, n.close(ctx))
 		}
 	}()
 	if err := n.setUpNamespaces(ctx); err != nil {
