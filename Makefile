@@ -10,8 +10,13 @@ FUZZTIME  ?= 3000x
 # planes at once overload a 2-core machine.
 CLUSTER_PKGS := ./host/testcluster/... ./host/e2e/...
 # The binaries the real-cluster tests start, built from the Go module proxy into
-# the user cache on first use (see host/testcluster).
-TEST_BINARIES := etcd@v3.6.16,kube-apiserver@v1.35.4,kube-apiserver@v1.36.3,kubectl@v1.36.3,kube-controller-manager@v1.35.4,kube-controller-manager@v1.36.3
+# the user cache on first use (see host/testcluster); the commands of one
+# Kubernetes release are built by one go build. The real nodes (host/testcluster/
+# kubenode) run containerd, crictl and every node command of v1.36.3 and v1.35.4.
+TEST_BINARIES := etcd@v3.6.16,\
+	kube-apiserver@v1.35.4,kube-controller-manager@v1.35.4,kube-scheduler@v1.35.4,kubelet@v1.35.4,kubeadm@v1.35.4,kubectl@v1.35.4,\
+	kube-apiserver@v1.36.3,kube-controller-manager@v1.36.3,kube-scheduler@v1.36.3,kubelet@v1.36.3,kubeadm@v1.36.3,kubectl@v1.36.3,\
+	containerd@v2.2.9,containerd-shim-runc-v2@v2.2.9,ctr@v2.2.9,crictl@v1.37.0
 # Each fuzz target runs briefly in `make test`; `make fuzz FUZZTIME=1000000x` runs them longer.
 FUZZ_TARGETS := \
 	./discovery:FuzzParseRequestInfo \
@@ -26,7 +31,7 @@ FUZZ_TARGETS := \
 	./host/internal/wasmhost:FuzzDecodePairs \
 	./host/internal/wasmhost:FuzzGuestPointerReads
 
-.PHONY: all build demo test unit cluster-test test-binaries fuzz bench bench-check check deadcode fixtures oci clean FORCE
+.PHONY: all build demo test test-unit unit cluster-test test-binaries fuzz bench bench-check check deadcode fixtures oci clean FORCE
 
 all: build
 
@@ -57,12 +62,15 @@ demo: build
 
 test: build unit cluster-test fuzz
 
+# Day-to-day work: what `make test` runs but the real clusters and fuzzing.
+test-unit: build unit
+
 unit:
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e /host/e2e -e /host/testcluster)
 
 test-binaries:
-	$(GO) run ./host/testcluster/cmd/kubebin -only $(TEST_BINARIES)
+	$(GO) run ./host/testcluster/cmd/kubebin -only "$(TEST_BINARIES)"
 
 cluster-test: test-binaries
 	$(GO) test -count=1 -p 1 -timeout 30m $(CLUSTER_PKGS)

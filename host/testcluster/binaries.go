@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +26,10 @@ const (
 	KubeVersion137 = "v1.37.2"
 	KubectlVersion = KubeVersion136
 	EtcdVersion    = "v3.6.16"
+	// ContainerdVersion and CrictlVersion are the container runtime and its client on the real
+	// nodes (see host/testcluster/kubenode).
+	ContainerdVersion = "v2.2.9"
+	CrictlVersion     = "v1.37.0"
 )
 
 // KubeAPIServerVersions lists every pinned kube-apiserver version, oldest first.
@@ -33,59 +39,136 @@ var KubeAPIServerVersions = []string{KubeVersion135, KubeVersion136, KubeVersion
 // scenarios replay: the one next to a node's not yet upgraded server, and the upgraded one.
 var KubeControllerManagerVersions = []string{KubeVersion135, KubeVersion136}
 
-// Component names a binary that EnsureBinary can build.
+// Component names a binary that EnsureBinaries can build.
 type Component string
 
 // Buildable components.
 const (
 	KubeAPIServer         Component = "kube-apiserver"
 	KubeControllerManager Component = "kube-controller-manager"
+	KubeScheduler         Component = "kube-scheduler"
+	KubeletComponent      Component = "kubelet" // the real one; Kubelet is the stand-in
+	Kubeadm               Component = "kubeadm"
 	Kubectl               Component = "kubectl"
 	Etcd                  Component = "etcd"
+	Containerd            Component = "containerd"
+	ContainerdShim        Component = "containerd-shim-runc-v2"
+	Ctr                   Component = "ctr"
+	Crictl                Component = "crictl"
 )
+
+// Binary is one component at one version.
+type Binary struct {
+	Component Component
+	Version   string
+}
+
+func (b Binary) String() string { return string(b.Component) + "@" + b.Version }
 
 // Logger receives progress messages; *testing.T satisfies it.
 type Logger interface {
 	Logf(format string, args ...any)
 }
 
-// recipe says how to build one component from the module proxy.
+// moduleRecipe says how to build commands of one module from the module proxy. Every command of
+// a module at one version is built by one go build, so that they share compilation.
+type moduleRecipe struct {
+	path string
+	// tags are the build tags upstream's release build uses, where they matter.
+	tags []string
+	// kubernetes marks k8s.io/kubernetes: its staging modules need replacing and its version
+	// variables need stamping.
+	kubernetes bool
+	// versionVariable, when set, is the package variable -X stamps with the version, as upstream's
+	// release build does; without it the binary reports a placeholder.
+	versionVariable string
+}
+
+var (
+	kubernetesModule = &moduleRecipe{path: "k8s.io/kubernetes", kubernetes: true}
+	// At v3.6 the etcd server module's root package is the etcd main (server/main.go); the version
+	// it reports is a constant of the module.
+	etcdModule = &moduleRecipe{path: "go.etcd.io/etcd/server/v3"}
+	// The storage drivers left out need C libraries or kernel features the nodes do not use.
+	containerdModule = &moduleRecipe{
+		path:            "github.com/containerd/containerd/v2",
+		tags:            []string{"no_btrfs", "no_devmapper", "no_zfs"},
+		versionVariable: "github.com/containerd/containerd/v2/version.Version",
+	}
+	criToolsModule = &moduleRecipe{
+		path:            "sigs.k8s.io/cri-tools",
+		versionVariable: "sigs.k8s.io/cri-tools/pkg/version.Version",
+	}
+)
+
+// recipe says how to build one component and how to recognise a good copy of it.
 type recipe struct {
-	module      string
+	module      *moduleRecipe
 	mainPackage string
 	// versionArgs make the binary print its version; versionText is what the output must contain.
 	versionArgs []string
 	versionText func(version string) string
-	// kubernetes marks k8s.io/kubernetes binaries: their staging modules need replacing and their
-	// version variables need stamping.
-	kubernetes bool
 }
 
 func recipeFor(c Component) (recipe, error) {
+	kubernetesVersionText := func(v string) string { return "Kubernetes " + v + "\n" }
 	switch c {
-	case KubeAPIServer, KubeControllerManager:
+	case KubeAPIServer, KubeControllerManager, KubeScheduler, KubeletComponent:
 		return recipe{
-			module:      "k8s.io/kubernetes",
+			module:      kubernetesModule,
 			mainPackage: "k8s.io/kubernetes/cmd/" + string(c),
 			versionArgs: []string{"--version"},
-			versionText: func(v string) string { return "Kubernetes " + v + "\n" },
-			kubernetes:  true,
+			versionText: kubernetesVersionText,
+		}, nil
+	case Kubeadm:
+		return recipe{
+			module:      kubernetesModule,
+			mainPackage: "k8s.io/kubernetes/cmd/kubeadm",
+			versionArgs: []string{"version", "-o", "short"},
+			versionText: func(v string) string { return v + "\n" },
 		}, nil
 	case Kubectl:
 		return recipe{
-			module:      "k8s.io/kubernetes",
+			module:      kubernetesModule,
 			mainPackage: "k8s.io/kubernetes/cmd/kubectl",
 			versionArgs: []string{"version", "--client"},
 			versionText: func(v string) string { return "Client Version: " + v + "\n" },
-			kubernetes:  true,
 		}, nil
 	case Etcd:
-		// At v3.6 the etcd server module's root package is the etcd main (server/main.go).
 		return recipe{
-			module:      "go.etcd.io/etcd/server/v3",
+			module:      etcdModule,
 			mainPackage: "go.etcd.io/etcd/server/v3",
 			versionArgs: []string{"--version"},
 			versionText: func(v string) string { return "etcd Version: " + strings.TrimPrefix(v, "v") + "\n" },
+		}, nil
+	case Containerd:
+		return recipe{
+			module:      containerdModule,
+			mainPackage: "github.com/containerd/containerd/v2/cmd/containerd",
+			versionArgs: []string{"--version"},
+			// The revision follows, empty in a build from the module proxy.
+			versionText: func(v string) string { return "containerd github.com/containerd/containerd/v2 " + v + " " },
+		}, nil
+	case Ctr:
+		return recipe{
+			module:      containerdModule,
+			mainPackage: "github.com/containerd/containerd/v2/cmd/ctr",
+			versionArgs: []string{"--version"},
+			versionText: func(v string) string { return "ctr github.com/containerd/containerd/v2 " + v + "\n" },
+		}, nil
+	case ContainerdShim:
+		return recipe{
+			module:      containerdModule,
+			mainPackage: "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
+			versionArgs: []string{"-v"},
+			versionText: func(v string) string { return "Version:  " + v + "\n" },
+		}, nil
+	case Crictl:
+		return recipe{
+			module:      criToolsModule,
+			mainPackage: "sigs.k8s.io/cri-tools/cmd/crictl",
+			versionArgs: []string{"--version"},
+			versionText: func(v string) string { return "crictl version " + v + "\n" },
 		}, nil
 	default:
 		return recipe{}, fmt.Errorf("unknown component %q", c)
@@ -135,72 +218,143 @@ func BinDir() (string, error) {
 }
 
 // buildMu serialises builds inside one process; the lock file serialises them across processes, so
-// a shared machine never compiles two Kubernetes binaries at once.
+// a shared machine never compiles two Kubernetes versions at once.
 var buildMu sync.Mutex
 
 // EnsureBinary returns the path of component c at version, building it from the Go module proxy
 // when the cache holds no copy that reports the right version.
 func EnsureBinary(ctx context.Context, log Logger, c Component, version string) (string, error) {
-	r, err := recipeFor(c)
+	b := Binary{c, version}
+	paths, err := EnsureBinaries(ctx, log, []Binary{b})
 	if err != nil {
 		return "", err
 	}
-	if _, err := parseReleaseVersion(version); err != nil {
-		return "", err
-	}
+	return paths[b], nil
+}
+
+// EnsureBinaries returns the path of every binary, building from the Go module proxy those the
+// cache holds no copy of that reports the right version. The missing commands of one module at one
+// version (every Kubernetes command of a release, say) are built by one go build, so that they
+// share the compilation of everything they have in common.
+func EnsureBinaries(ctx context.Context, log Logger, bins []Binary) (map[Binary]string, error) {
 	dir, err := BinDir()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	path := filepath.Join(dir, string(c)+"-"+version)
-	if verifyBinary(ctx, path, r, version) == nil {
-		return path, nil
+	recipes := map[Binary]recipe{}
+	paths := map[Binary]string{}
+	for _, b := range bins {
+		r, err := recipeFor(b.Component)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := parseReleaseVersion(b.Version); err != nil {
+			return nil, fmt.Errorf("%s: %w", b.Component, err)
+		}
+		recipes[b] = r
+		paths[b] = filepath.Join(dir, string(b.Component)+"-"+b.Version)
+	}
+	missing := func() []Binary {
+		var out []Binary
+		for _, b := range bins {
+			if !slices.Contains(out, b) && verifyBinary(ctx, paths[b], recipes[b], b.Version) != nil {
+				out = append(out, b)
+			}
+		}
+		return out
+	}
+	if len(missing()) == 0 {
+		return paths, nil
 	}
 
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	// While another process holds the build lock it may be producing this very binary, so the wait
-	// ends as soon as a verified copy appears.
-	unlock, err := lockFile(ctx, log, filepath.Join(dir, ".build.lock"), func() bool {
-		return verifyBinary(ctx, path, r, version) == nil
-	})
+	// While another process holds the build lock it may be producing these very binaries, so the
+	// wait ends as soon as verified copies of all of them appear.
+	unlock, err := lockFile(ctx, log, filepath.Join(dir, ".build.lock"), func() bool { return len(missing()) == 0 })
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if unlock == nil {
-		return path, nil
+		return paths, nil
 	}
 	defer unlock()
 
-	verifyErr := verifyBinary(ctx, path, r, version)
-	if verifyErr == nil {
-		return path, nil
+	for _, group := range groupByModuleVersion(missing(), recipes) {
+		if err := buildGroup(ctx, log, dir, group, recipes, paths); err != nil {
+			return nil, err
+		}
 	}
-	if !errors.Is(verifyErr, os.ErrNotExist) {
-		log.Logf("cached %s is unusable (%v); rebuilding", path, verifyErr)
-	}
+	return paths, nil
+}
 
-	partial, err := os.CreateTemp(dir, "."+string(c)+"-"+version+".partial-*")
+// groupByModuleVersion splits bins into the sets one go build produces: the commands of one
+// module at one version, in the order they were first asked for.
+func groupByModuleVersion(bins []Binary, recipes map[Binary]recipe) [][]Binary {
+	type key struct {
+		module  *moduleRecipe
+		version string
+	}
+	index := map[key]int{}
+	var groups [][]Binary
+	for _, b := range bins {
+		k := key{recipes[b].module, b.Version}
+		i, ok := index[k]
+		if !ok {
+			i = len(groups)
+			index[k] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], b)
+	}
+	return groups
+}
+
+// buildGroup builds the commands of one module version into a scratch directory of the cache,
+// verifies each, and only then moves each to its cached name.
+func buildGroup(ctx context.Context, log Logger, dir string, group []Binary, recipes map[Binary]recipe, paths map[Binary]string) error {
+	module, version := recipes[group[0]].module, group[0].Version
+	out, err := os.MkdirTemp(dir, ".build-"+path.Base(module.path)+"-"+version+"-")
 	if err != nil {
-		return "", err
+		return err
 	}
-	partialPath := partial.Name()
-	partial.Close()
-	defer os.Remove(partialPath) // only matters when the rename below does not happen
+	defer os.RemoveAll(out) // only what failed verification is left in it
 
-	log.Logf("building %s %s into %s (minutes on a cold Go build cache)", c, version, path)
+	var packages, names []string
+	for _, b := range group {
+		packages = append(packages, recipes[b].mainPackage)
+		names = append(names, string(b.Component))
+	}
+	log.Logf("building %s %s from %s into %s (minutes on a cold Go build cache)", strings.Join(names, ", "), version, module.path, dir)
 	start := time.Now()
-	if err := buildBinary(ctx, r, version, partialPath); err != nil {
-		return "", fmt.Errorf("building %s %s: %w", c, version, err)
+	if err := buildModule(ctx, module, version, packages, out); err != nil {
+		return fmt.Errorf("building %s %s: %w", strings.Join(names, ", "), version, err)
 	}
-	if err := verifyBinary(ctx, partialPath, r, version); err != nil {
-		return "", fmt.Errorf("freshly built %s %s: %w", c, version, err)
+	for _, b := range group {
+		built := filepath.Join(out, executableName(recipes[b].mainPackage))
+		if err := verifyBinary(ctx, built, recipes[b], version); err != nil {
+			return fmt.Errorf("freshly built %s: %w", b, err)
+		}
+		if err := os.Rename(built, paths[b]); err != nil {
+			return err
+		}
 	}
-	if err := os.Rename(partialPath, path); err != nil {
-		return "", err
+	log.Logf("built %s %s in %s", strings.Join(names, ", "), version, time.Since(start).Round(time.Second))
+	return nil
+}
+
+// majorVersionSuffix matches the last element of a module path of major version 2 or higher.
+var majorVersionSuffix = regexp.MustCompile(`^v[2-9][0-9]*$`)
+
+// executableName is the file go build -o DIR/ writes for a main package: "the last non-major-version
+// component of the package import path" (go help build).
+func executableName(importPath string) string {
+	elems := strings.Split(importPath, "/")
+	last := elems[len(elems)-1]
+	if majorVersionSuffix.MatchString(last) && len(elems) > 1 {
+		return elems[len(elems)-2]
 	}
-	log.Logf("built %s %s in %s", c, version, time.Since(start).Round(time.Second))
-	return path, nil
+	return last
 }
 
 // verifyBinary runs the binary's version command and checks that it names the expected version.
@@ -268,9 +422,10 @@ type moduleDownload struct {
 	Error string
 }
 
-// buildBinary builds r's main package at version into out, using a throw-away module that requires
-// r.module at that version.
-func buildBinary(ctx context.Context, r recipe, version, out string) error {
+// buildModule builds the main packages of module at version into the directory out, using a
+// throw-away module that requires module at that version. Every binary is static (CGO_ENABLED=0),
+// so that it runs from an image with nothing else in it, as well as on the host.
+func buildModule(ctx context.Context, module *moduleRecipe, version string, packages []string, out string) error {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		return fmt.Errorf("the go command is needed to build test binaries: %w", err)
@@ -298,7 +453,7 @@ func buildBinary(ctx context.Context, r recipe, version, out string) error {
 	if err := os.WriteFile(filepath.Join(work, "go.mod"), []byte("module "+builderModule+"\n"), 0o644); err != nil {
 		return err
 	}
-	raw, err := goCmd("mod", "download", "-json", r.module+"@"+version)
+	raw, err := goCmd("mod", "download", "-json", module.path+"@"+version)
 	if err != nil {
 		return err
 	}
@@ -307,7 +462,7 @@ func buildBinary(ctx context.Context, r recipe, version, out string) error {
 		return fmt.Errorf("decoding go mod download output: %w", err)
 	}
 	if dl.Error != "" {
-		return fmt.Errorf("downloading %s@%s: %s", r.module, version, dl.Error)
+		return fmt.Errorf("downloading %s@%s: %s", module.path, version, dl.Error)
 	}
 	upstreamGoMod, err := os.ReadFile(dl.GoMod)
 	if err != nil {
@@ -315,7 +470,7 @@ func buildBinary(ctx context.Context, r recipe, version, out string) error {
 	}
 	upstream, err := parseGoMod(upstreamGoMod)
 	if err != nil {
-		return fmt.Errorf("%s@%s go.mod: %w", r.module, version, err)
+		return fmt.Errorf("%s@%s go.mod: %w", module.path, version, err)
 	}
 	infoRaw, err := os.ReadFile(dl.Info)
 	if err != nil {
@@ -326,20 +481,24 @@ func buildBinary(ctx context.Context, r recipe, version, out string) error {
 		return fmt.Errorf("decoding %s: %w", dl.Info, err)
 	}
 
-	builderGoMod, err := renderBuilderGoMod(builderModule, r, version, upstream)
+	builderGoMod, err := renderBuilderGoMod(builderModule, module, version, upstream)
 	if err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(work, "go.mod"), builderGoMod, 0o644); err != nil {
 		return err
 	}
-	ldflags := "-s -w"
-	if r.kubernetes {
-		if ldflags, err = kubeVersionLDFlags(version, info.Time); err != nil {
-			return err
-		}
+	ldflags, err := versionLDFlags(module, version, info.Time)
+	if err != nil {
+		return err
 	}
-	_, err = goCmd("build", "-trimpath", "-ldflags", ldflags, "-o", out, r.mainPackage)
+	args := []string{"build", "-trimpath", "-ldflags", ldflags}
+	if len(module.tags) > 0 {
+		args = append(args, "-tags", strings.Join(module.tags, ","))
+	}
+	// A trailing separator makes go build write every command into out, named after its package.
+	args = append(append(args, "-o", out+string(filepath.Separator)), packages...)
+	_, err = goCmd(args...)
 	return err
 }
 
@@ -427,7 +586,7 @@ func (f *goModFile) addDirective(verb string, args []string) error {
 // renderBuilderGoMod writes the go.mod of the throw-away builder module. For Kubernetes every
 // staging module that upstream replaces with a local directory is replaced with its published
 // v0.Y.Z release instead, because those directories are not part of the k8s.io/kubernetes module zip.
-func renderBuilderGoMod(module string, r recipe, version string, upstream goModFile) ([]byte, error) {
+func renderBuilderGoMod(module string, r *moduleRecipe, version string, upstream goModFile) ([]byte, error) {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "module %s\n\ngo %s\n", module, upstream.goVersion)
 	if len(upstream.godebug) > 0 {
@@ -437,12 +596,12 @@ func renderBuilderGoMod(module string, r recipe, version string, upstream goModF
 		}
 		b.WriteString(")\n")
 	}
-	fmt.Fprintf(&b, "\nrequire %s %s\n", r.module, version)
+	fmt.Fprintf(&b, "\nrequire %s %s\n", r.path, version)
 	if !r.kubernetes {
 		return b.Bytes(), nil
 	}
 	if len(upstream.localReplacements) == 0 {
-		return nil, fmt.Errorf("%s@%s replaces no staging modules; its go.mod layout is not the expected one", r.module, version)
+		return nil, fmt.Errorf("%s@%s replaces no staging modules; its go.mod layout is not the expected one", r.path, version)
 	}
 	v, err := parseReleaseVersion(version)
 	if err != nil {
@@ -454,6 +613,19 @@ func renderBuilderGoMod(module string, r recipe, version string, upstream goModF
 	}
 	b.WriteString(")\n")
 	return b.Bytes(), nil
+}
+
+// versionLDFlags strips the symbol tables and stamps the version where module's release build
+// does.
+func versionLDFlags(module *moduleRecipe, version string, released time.Time) (string, error) {
+	if module.kubernetes {
+		return kubeVersionLDFlags(version, released)
+	}
+	flags := "-s -w"
+	if module.versionVariable != "" {
+		flags += " -X " + module.versionVariable + "=" + version
+	}
+	return flags, nil
 }
 
 // kubeVersionLDFlags stamps the version variables the way Kubernetes' own build does

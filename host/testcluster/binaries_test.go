@@ -3,6 +3,7 @@ package testcluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -77,11 +78,7 @@ func TestRenderBuilderGoModReplacesEveryStagingModuleWithItsPublishedRelease(t *
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := recipeFor(KubeAPIServer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := renderBuilderGoMod("example.invalid/builder", r, "v1.36.3", upstream)
+	got, err := renderBuilderGoMod("example.invalid/builder", kubernetesModule, "v1.36.3", upstream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,12 +105,8 @@ replace (
 }
 
 func TestRenderBuilderGoModOfEtcdOnlyRequiresTheModule(t *testing.T) {
-	r, err := recipeFor(Etcd)
-	if err != nil {
-		t.Fatal(err)
-	}
 	upstream := goModFile{goVersion: "1.26.0", localReplacements: []string{"go.etcd.io/etcd/api/v3"}}
-	got, err := renderBuilderGoMod("example.invalid/builder", r, EtcdVersion, upstream)
+	got, err := renderBuilderGoMod("example.invalid/builder", etcdModule, EtcdVersion, upstream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,11 +117,7 @@ func TestRenderBuilderGoModOfEtcdOnlyRequiresTheModule(t *testing.T) {
 }
 
 func TestRenderBuilderGoModRefusesKubernetesWithoutStagingReplacements(t *testing.T) {
-	r, err := recipeFor(KubeAPIServer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := renderBuilderGoMod("m", r, KubeVersion135, goModFile{goVersion: "1.25.0"}); err == nil {
+	if _, err := renderBuilderGoMod("m", kubernetesModule, KubeVersion135, goModFile{goVersion: "1.25.0"}); err == nil {
 		t.Error("rendering succeeded without staging replacements")
 	}
 }
@@ -144,6 +133,81 @@ func TestKubeVersionLDFlagsStampBothVersionPackages(t *testing.T) {
 				t.Errorf("ldflags %q lack %q", got, want)
 			}
 		}
+	}
+}
+
+func TestVersionLDFlagsStampWhereTheReleaseBuildDoes(t *testing.T) {
+	released := time.Date(2026, 4, 15, 18, 1, 22, 0, time.UTC)
+	for _, tc := range []struct {
+		module  *moduleRecipe
+		version string
+		want    string
+	}{
+		{etcdModule, EtcdVersion, "-s -w"},
+		{containerdModule, ContainerdVersion, "-s -w -X github.com/containerd/containerd/v2/version.Version=v2.2.9"},
+		{criToolsModule, CrictlVersion, "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=v1.37.0"},
+	} {
+		got, err := versionLDFlags(tc.module, tc.version, released)
+		if err != nil || got != tc.want {
+			t.Errorf("versionLDFlags(%s, %s) = %q, %v; want %q", tc.module.path, tc.version, got, err, tc.want)
+		}
+	}
+	got, err := versionLDFlags(kubernetesModule, KubeVersion136, released)
+	if err != nil || !strings.Contains(got, "-X k8s.io/component-base/version.gitVersion=v1.36.3") {
+		t.Errorf("versionLDFlags(kubernetes) = %q, %v; want the Kubernetes version stamps", got, err)
+	}
+}
+
+func TestExecutableNameIsTheLastNonMajorVersionElement(t *testing.T) {
+	for pkg, want := range map[string]string{
+		"k8s.io/kubernetes/cmd/kubelet":                                   "kubelet",
+		"go.etcd.io/etcd/server/v3":                                       "server",
+		"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2": "containerd-shim-runc-v2",
+		"sigs.k8s.io/cri-tools/cmd/crictl":                                "crictl",
+		"example.com/tool/v1":                                             "v1",
+	} {
+		if got := executableName(pkg); got != want {
+			t.Errorf("executableName(%q) = %q, want %q", pkg, got, want)
+		}
+	}
+}
+
+func TestGroupByModuleVersionBuildsEachReleaseInOneInvocation(t *testing.T) {
+	bins := []Binary{
+		{KubeAPIServer, KubeVersion136},
+		{Etcd, EtcdVersion},
+		{KubeletComponent, KubeVersion136},
+		{KubeAPIServer, KubeVersion135},
+		{Containerd, ContainerdVersion},
+		{Kubeadm, KubeVersion136},
+		{ContainerdShim, ContainerdVersion},
+		{Crictl, CrictlVersion},
+	}
+	recipes := map[Binary]recipe{}
+	for _, b := range bins {
+		r, err := recipeFor(b.Component)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recipes[b] = r
+	}
+	var got []string
+	for _, g := range groupByModuleVersion(bins, recipes) {
+		var names []string
+		for _, b := range g {
+			names = append(names, b.String())
+		}
+		got = append(got, strings.Join(names, " "))
+	}
+	want := []string{
+		"kube-apiserver@v1.36.3 kubelet@v1.36.3 kubeadm@v1.36.3",
+		"etcd@v3.6.16",
+		"kube-apiserver@v1.35.4",
+		"containerd@v2.2.9 containerd-shim-runc-v2@v2.2.9",
+		"crictl@v1.37.0",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("groups:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
@@ -219,6 +283,43 @@ func TestVerifyBinaryTrustsOnlyACopyReportingTheExpectedVersion(t *testing.T) {
 	})
 }
 
+func TestEveryRecipeRecognisesTheVersionOutputOfItsRelease(t *testing.T) {
+	dir := t.TempDir()
+	// What the release builds print, as captured from them; each stand-in checks the arguments.
+	for _, tc := range []struct {
+		component Component
+		version   string
+		args      string
+		output    string
+	}{
+		{KubeAPIServer, "v1.36.3", "--version", "Kubernetes v1.36.3"},
+		{KubeScheduler, "v1.36.3", "--version", "Kubernetes v1.36.3"},
+		{KubeletComponent, "v1.36.3", "--version", "Kubernetes v1.36.3"},
+		{Kubeadm, "v1.36.3", "version -o short", "v1.36.3"},
+		{Kubectl, "v1.36.3", "version --client", "Client Version: v1.36.3\nKustomize Version: v5.8.1"},
+		{Etcd, "v3.6.16", "--version", "etcd Version: 3.6.16\nGit SHA: GitNotFound"},
+		{Containerd, "v2.2.9", "--version", "containerd github.com/containerd/containerd/v2 v2.2.9 "},
+		{Ctr, "v2.2.9", "--version", "ctr github.com/containerd/containerd/v2 v2.2.9"},
+		{ContainerdShim, "v2.2.9", "-v", "containerd-shim-runc-v2:\n  Version:  v2.2.9\n  Revision: \n  Go version: go1.26.8\n"},
+		{Crictl, "v1.37.0", "--version", "crictl version v1.37.0"},
+	} {
+		t.Run(string(tc.component), func(t *testing.T) {
+			r, err := recipeFor(tc.component)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, string(tc.component))
+			writeScript(t, path, fmt.Sprintf(`[ "$*" = %q ] || exit 2; printf '%%b\n' %q`, tc.args, tc.output), 0o755)
+			if err := verifyBinary(context.Background(), path, r, tc.version); err != nil {
+				t.Errorf("the release's own output: %v", err)
+			}
+			if err := verifyBinary(context.Background(), path, r, "v9.9.9"); err == nil {
+				t.Error("accepted as another version")
+			}
+		})
+	}
+}
+
 type discardLogger struct{}
 
 func (discardLogger) Logf(string, ...any) {}
@@ -249,7 +350,7 @@ func TestEnsureBinaryRejectsUnknownComponentsAndVersions(t *testing.T) {
 		component Component
 		version   string
 	}{
-		{"kube-scheduler", KubeVersion136},
+		{"kube-proxy", KubeVersion136},
 		{KubeAPIServer, "1.36.3"},
 		{Etcd, "latest"},
 	} {

@@ -3,7 +3,9 @@
 // PKI whose credentials are available both in memory and as files (PKI.Files).
 //
 // Binaries are built from the Go module proxy on first use and cached under
-// ${XDG_CACHE_HOME:-$HOME/.cache}/skewgate/bin, keyed by component and version (see EnsureBinary).
+// ${XDG_CACHE_HOME:-$HOME/.cache}/skewgate/bin, keyed by component and version, the commands of one
+// module version by one go build (see EnsureBinaries). Real kubeadm nodes, with containerd and real
+// kubelets, are package kubenode's.
 // Every kube-apiserver runs in its own UTS namespace so that its host name, and therefore its
 // server ID, is chosen by the caller rather than inherited from the machine. StartProcess and
 // FreePorts give processes run next to the cluster (proxies in front of it) the same lifecycle

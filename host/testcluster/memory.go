@@ -25,7 +25,13 @@ func (p *Process) ResidentMemory() (ResidentMemory, error) {
 	if exited, err := p.Exited(); exited {
 		return ResidentMemory{}, fmt.Errorf("the process ended before its memory was read: %w", err)
 	}
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.PID()))
+	return ResidentMemoryOf(p.PID())
+}
+
+// ResidentMemoryOf reads the resident memory of the process with ID pid, which need not be a child
+// of this one (a container's process, say).
+func ResidentMemoryOf(pid int) (ResidentMemory, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return ResidentMemory{}, err
 	}

@@ -46,6 +46,9 @@ func StartProcess(name, logPath string, argv []string) (*Process, error) {
 	return p, nil
 }
 
+// Done is closed once the process has ended.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
 // PID is the process ID.
 func (p *Process) PID() int { return p.cmd.Process.Pid }
 

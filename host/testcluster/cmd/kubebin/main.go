@@ -1,10 +1,12 @@
-// Command kubebin builds (or finds in the cache) the pinned etcd, kube-apiserver,
-// kube-controller-manager and kubectl binaries used by the test clusters and prints one
-// "component version path" line per binary.
+// Command kubebin builds (or finds in the cache) the binaries the test clusters run and prints one
+// "component version path" line per binary. Without -only it builds the pinned etcd,
+// kube-apiserver, kube-controller-manager and kubectl binaries the fixtures are captured with.
+// The commands of one module version (every Kubernetes command of a release) are built by one go
+// build.
 //
 // Usage:
 //
-//	go run ./host/testcluster/cmd/kubebin [-only kube-apiserver@v1.36.3,etcd@v3.6.16]
+//	go run ./host/testcluster/cmd/kubebin [-only kube-apiserver@v1.36.3,kubelet@v1.36.3,etcd@v3.6.16]
 package main
 
 import (
@@ -20,30 +22,25 @@ import (
 	"github.com/skewgate/skewgate/host/testcluster"
 )
 
-type binary struct {
-	component testcluster.Component
-	version   string
-}
-
-func pinnedBinaries() []binary {
-	bins := []binary{{testcluster.Etcd, testcluster.EtcdVersion}}
+func pinnedBinaries() []testcluster.Binary {
+	bins := []testcluster.Binary{{Component: testcluster.Etcd, Version: testcluster.EtcdVersion}}
 	for _, v := range testcluster.KubeAPIServerVersions {
-		bins = append(bins, binary{testcluster.KubeAPIServer, v})
+		bins = append(bins, testcluster.Binary{Component: testcluster.KubeAPIServer, Version: v})
 	}
 	for _, v := range testcluster.KubeControllerManagerVersions {
-		bins = append(bins, binary{testcluster.KubeControllerManager, v})
+		bins = append(bins, testcluster.Binary{Component: testcluster.KubeControllerManager, Version: v})
 	}
-	return append(bins, binary{testcluster.Kubectl, testcluster.KubectlVersion})
+	return append(bins, testcluster.Binary{Component: testcluster.Kubectl, Version: testcluster.KubectlVersion})
 }
 
-func parseOnly(list string) ([]binary, error) {
-	var bins []binary
+func parseOnly(list string) ([]testcluster.Binary, error) {
+	var bins []testcluster.Binary
 	for _, item := range strings.Split(list, ",") {
 		component, version, ok := strings.Cut(strings.TrimSpace(item), "@")
 		if !ok {
 			return nil, fmt.Errorf("%q is not component@version", item)
 		}
-		bins = append(bins, binary{testcluster.Component(component), version})
+		bins = append(bins, testcluster.Binary{Component: testcluster.Component(component), Version: version})
 	}
 	return bins, nil
 }
@@ -55,6 +52,9 @@ func (l stderrLogger) Logf(format string, args ...any) { l.Printf(format, args..
 func main() {
 	only := flag.String("only", "", "comma-separated component@version list to build instead of every pinned binary")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		log.Fatalf("unexpected arguments %q; -only takes one comma-separated list", flag.Args())
+	}
 
 	bins := pinnedBinaries()
 	if *only != "" {
@@ -66,11 +66,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := stderrLogger{log.New(os.Stderr, "kubebin: ", log.LstdFlags)}
+	paths, err := testcluster.EnsureBinaries(ctx, logger, bins)
+	if err != nil {
+		log.Fatal(err)
+	}
 	for _, b := range bins {
-		path, err := testcluster.EnsureBinary(ctx, logger, b.component, b.version)
-		if err != nil {
-			log.Fatal(err)
-		}
-		fmt.Printf("%s %s %s\n", b.component, b.version, path)
+		fmt.Printf("%s %s %s\n", b.Component, b.Version, paths[b])
 	}
 }
