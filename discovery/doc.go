@@ -18,6 +18,8 @@
 // reader and the writer walk. Every field is required unless noted.
 //
 //	{
+//	  "schemaVersion": "1.0",               // optional (absent: 1.0): the schema version written for
+//	  "requiresSchemaVersion": "1.0",       // optional: the oldest reader version that may read it
 //	  "generation": 42,                     // > 0; a new snapshot carries a higher number
 //	  "preferred": "apiserver-7x5ezbbh7ckzrcmfarikojwuzq", // optional: the id of the server that
 //	                                        // takes every request it can serve (node-local mode)
@@ -41,6 +43,17 @@
 // "openapiV3" is the index of the server's OpenAPI v3 documents, each path with
 // the hash of its serverRelativeURL ("/openapi/v3/<path>?hash=<hash>").
 // fixtures/snapshot-example.json is a complete example.
+//
+// # Schema versions
+//
+// The snapshot and the plugin configuration that carries it are the contract
+// between the controller and the plugin module, which are upgraded
+// separately; schema.go states the rules. In short: a minor version only adds
+// optional members; a reader of the same major version ignores the members of
+// a newer minor it does not know (listing them in Snapshot.Ignored) and
+// refuses unknown members of its own or an older minor; a document of another
+// major version, or one whose requiresSchemaVersion is newer than the reader,
+// is refused with a *SchemaError. A writer always writes its own version.
 //
 // ParseSnapshot rejects malformed input with an error that names the server and
 // the field; it never panics. Callers keep their previous snapshot on error.

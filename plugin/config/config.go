@@ -32,7 +32,8 @@ const (
 // IsField reports whether name is one of the configuration's fields.
 func IsField(name string) bool {
 	switch name {
-	case fieldRoutingHeader, fieldRetryAfterSeconds, fieldTrustPeerProxiedHeader,
+	case discovery.SchemaVersionMember, discovery.RequiresSchemaVersionMember,
+		fieldRoutingHeader, fieldRetryAfterSeconds, fieldTrustPeerProxiedHeader,
 		fieldIdentityMode, fieldDiscoveryAuthorizationCacheSeconds, fieldSnapshot:
 		return true
 	}
@@ -194,10 +195,12 @@ func (o Options) Marshal(rawSnapshot []byte) ([]byte, error) {
 	if err := o.Check(); err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, 200+len(rawSnapshot))
-	// The routing header is a token and the identity mode one of two
-	// constants: neither needs escaping.
-	b = append(b, `{"`+fieldRoutingHeader+`":"`...)
+	b := make([]byte, 0, 230+len(rawSnapshot))
+	// The version, the routing header (a token) and the identity mode (one
+	// of two constants) need no escaping.
+	b = append(b, `{"`+discovery.SchemaVersionMember+`":"`...)
+	b = append(b, discovery.CurrentSchema().String()...)
+	b = append(b, `","`+fieldRoutingHeader+`":"`...)
 	b = append(b, o.RoutingHeader...)
 	b = append(b, `","`+fieldRetryAfterSeconds+`":`...)
 	b = strconv.AppendInt(b, int64(o.RetryAfterSeconds), 10)
@@ -216,6 +219,11 @@ func (o Options) Marshal(rawSnapshot []byte) ([]byte, error) {
 type Config struct {
 	Options
 	Snapshot *discovery.Snapshot
+	// Schema is the version the configuration was written for.
+	Schema discovery.SchemaVersion
+	// Ignored names the fields of a newer minor schema version that this
+	// build does not know and ignored, the snapshot's prefixed "snapshot.".
+	Ignored []string
 }
 
 // Parse validates the whole configuration, so that a bad one is rejected with
@@ -225,6 +233,7 @@ func Parse(raw []byte) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg := &Config{Options: opts.Options, Schema: opts.schema.Version, Ignored: opts.ignored}
 	snapRaw := doc.Get(fieldSnapshot)
 	if !snapRaw.IsObject() {
 		return nil, fmt.Errorf("configuration: %s: must be an object, got %s", fieldSnapshot, orMissing(snapRaw))
@@ -233,11 +242,22 @@ func Parse(raw []byte) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	return &Config{Options: opts, Snapshot: snap}, nil
+	cfg.Snapshot = snap
+	for _, name := range snap.Ignored {
+		cfg.Ignored = append(cfg.Ignored, fieldSnapshot+"."+name)
+	}
+	return cfg, nil
 }
 
-func parse(raw []byte) (discovery.JSONValue, Options, error) {
-	opts := Defaults()
+// parsed is what parse reads besides the snapshot.
+type parsed struct {
+	Options
+	schema  discovery.DocumentSchema
+	ignored []string
+}
+
+func parse(raw []byte) (discovery.JSONValue, parsed, error) {
+	opts := parsed{Options: Defaults()}
 	doc, ok := discovery.ParseJSON(raw)
 	if !ok {
 		return doc, opts, errors.New("configuration: not valid JSON")
@@ -245,9 +265,16 @@ func parse(raw []byte) (discovery.JSONValue, Options, error) {
 	if !doc.IsObject() {
 		return doc, opts, errors.New("configuration: must be a JSON object")
 	}
+	schema, err := discovery.ReadDocumentSchema(doc.Get)
+	if err != nil {
+		return doc, opts, fmt.Errorf("configuration: %w", err)
+	}
+	opts.schema = schema
 	for members := doc.Members(); members.Next(); {
 		if name := members.Key().Str(); !IsField(name) {
-			return doc, opts, fmt.Errorf("configuration: unknown field %q", name)
+			if err := schema.UnknownMember(name, &opts.ignored); err != nil {
+				return doc, opts, fmt.Errorf("configuration: %w", err)
+			}
 		}
 	}
 	if v := doc.Get(fieldRoutingHeader); v.Exists() {

@@ -40,9 +40,9 @@ func TestAConfigurationWithOnlyASnapshotGetsTheDefaults(t *testing.T) {
 // truncated key must not pass as if the field were absent.
 func TestParseRejectsEveryUnknownFieldByName(t *testing.T) {
 	for _, tt := range []struct{ name, field, want string }{
-		{"misspelt", "retryAfterSecond", `configuration: unknown field "retryAfterSecond"`},
-		{"empty", "", `configuration: unknown field ""`},
-		{"escaped", `r\u00e9try`, `configuration: unknown field "rétry"`},
+		{"misspelt", "retryAfterSecond", `configuration: unknown field "retryAfterSecond" in schema 1.0`},
+		{"empty", "", `configuration: unknown field "" in schema 1.0`},
+		{"escaped", `r\u00e9try`, `configuration: unknown field "rétry" in schema 1.0`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse(withFields(`"` + tt.field + `":1`))
