@@ -32,7 +32,11 @@
 //	      "healthy": true,                  // /readyz answered 200 on the last probe
 //	      "apis": { APIGroupDiscoveryList },// the server's own GET /apis, Accept ...;profile=nopeer
 //	      "api":  { APIGroupDiscoveryList },// the server's own GET /api, same Accept
-//	      "openapiV3": {"apis/apps/v1": "<hash>", ...} // optional: the server's GET /openapi/v3
+//	      "openapiV3": {"apis/apps/v1": "<hash>", ...}, // optional: the server's GET /openapi/v3
+//	      "fieldSelectors": {"v1/services": ["metadata.name", ...], ...}, // optional (1.1): per resource,
+//	                                        // the field-selector labels the server accepts, sorted
+//	      "missingFields": {"apps/v1/deployments": ["spec.x", ...], ...}  // optional (1.1): per resource,
+//	                                        // field paths other servers' schemas have and this one's lacks
 //	    }
 //	  ]
 //	}
@@ -42,6 +46,17 @@
 // ignored; a list parsed from a document is written as that document);
 // "openapiV3" is the index of the server's OpenAPI v3 documents, each path with
 // the hash of its serverRelativeURL ("/openapi/v3/<path>?hash=<hash>").
+//
+// "fieldSelectors" and "missingFields" name a resource as
+// "<group>/<version>/<resource>", for the core group "<version>/<resource>"
+// ("v1/services"; ResourceKey), never a subresource, and only resources the
+// server serves. "fieldSelectors" is there only for resources whose label
+// sets differ between the snapshot's servers, and then every server that
+// serves the resource lists it: a label no server lists is accepted by none.
+// "missingFields" lists at most MaxMissingFields dotted paths per resource:
+// evidence, since routing only needs to know that the server lacks some.
+// Without either member a snapshot has no field-level knowledge and routes
+// as one of schema 1.0.
 // fixtures/snapshot-example.json is a complete example.
 //
 // # Schema versions

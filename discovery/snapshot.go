@@ -48,6 +48,17 @@ type Server struct {
 	// OpenAPI is the server's GET /openapi/v3 index sorted by path; nil when
 	// the snapshot does not carry it.
 	OpenAPI []OpenAPIPath
+	// FieldSelectors maps a resource (ResourceKey: "v1/services" for the
+	// core group, "apps/v1/deployments" otherwise) to the field-selector
+	// labels this server accepts for it, sorted; only for resources whose
+	// label sets differ between the snapshot's servers, and then on every
+	// server that serves the resource. Nil: no such resource, or no
+	// field-level knowledge.
+	FieldSelectors map[string][]string
+	// MissingFields maps a resource (same spelling) to field paths (dotted,
+	// sorted, at most MaxMissingFields of them) that another snapshot
+	// server's schema of it has and this one's lacks. Nil: none known.
+	MissingFields map[string][]string
 }
 
 // NewSnapshot assembles a snapshot and checks it (Validate): it is how every
@@ -325,6 +336,9 @@ var serverMembers = [...]member[Server]{
 			return append(dst, '}')
 		},
 	},
+	// Since schema 1.1.
+	resourceListsMember("fieldSelectors", func(s *Server) *map[string][]string { return &s.FieldSelectors }),
+	resourceListsMember("missingFields", func(s *Server) *map[string][]string { return &s.MissingFields }),
 }
 
 func stringMember(name string, field func(*Server) *string) member[Server] {
@@ -378,8 +392,9 @@ func parseServer(i int, v JSONValue, r *reading) (Server, error) {
 // Validate checks the invariants every consumer relies on: a positive
 // generation, 1..MaxServers servers with unique well-formed IDs and clusters
 // (no '+' in a cluster), the core group only in /api and never in /apis,
-// OpenAPI index entries well-formed and sorted by path, and a preferred
-// server that is one of them.
+// OpenAPI index entries well-formed and sorted by path, a preferred
+// server that is one of them, and field-level data as checkFieldData
+// describes.
 func (s *Snapshot) Validate() error {
 	if s.Generation == 0 {
 		return fmt.Errorf("snapshot: generation: must be positive")
@@ -432,7 +447,7 @@ func (s *Snapshot) Validate() error {
 	if _, ok := ids[s.Preferred]; s.Preferred != "" && !ok {
 		return fmt.Errorf("snapshot: preferred: %q is the id of no server in the snapshot", s.Preferred)
 	}
-	return nil
+	return s.checkFieldData()
 }
 
 // CheckPlacement reports what keeps the list from being a server's /api (core

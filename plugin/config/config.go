@@ -26,6 +26,7 @@ const (
 	fieldTrustPeerProxiedHeader             = "trustPeerProxiedHeader"
 	fieldIdentityMode                       = "identityMode"
 	fieldDiscoveryAuthorizationCacheSeconds = "discoveryAuthorizationCacheSeconds"
+	fieldSchemaSkewRouting                  = "schemaSkewRouting" // since schema 1.1
 	fieldSnapshot                           = "snapshot"
 )
 
@@ -34,7 +35,7 @@ func IsField(name string) bool {
 	switch name {
 	case discovery.SchemaVersionMember, discovery.RequiresSchemaVersionMember,
 		fieldRoutingHeader, fieldRetryAfterSeconds, fieldTrustPeerProxiedHeader,
-		fieldIdentityMode, fieldDiscoveryAuthorizationCacheSeconds, fieldSnapshot:
+		fieldIdentityMode, fieldDiscoveryAuthorizationCacheSeconds, fieldSchemaSkewRouting, fieldSnapshot:
 		return true
 	}
 	return false
@@ -67,6 +68,24 @@ const (
 	IdentityFrontProxy IdentityMode = "front-proxy"
 )
 
+// SchemaSkewRouting says which requests for a resource whose schemas differ
+// between the servers (some lack fields others have: the snapshot's
+// missingFields) go only to the servers whose schema has every field.
+type SchemaSkewRouting string
+
+const (
+	// SchemaSkewReadsAndWrites routes every request for such a resource
+	// there: a read through a server that lacks a field returns objects
+	// without it, and a client that updates what it read (a read-modify-write
+	// update or a client-side apply) then clears the field wherever the
+	// update goes (kubernetes/kubernetes#46073).
+	SchemaSkewReadsAndWrites SchemaSkewRouting = "reads-and-writes"
+	// SchemaSkewWrites routes only creates, updates, patches (server-side
+	// apply included) and deletes there, which spreads the reads over every
+	// server and leaves the read-modify-write risk to the clients.
+	SchemaSkewWrites SchemaSkewRouting = "writes"
+)
+
 // Defaults and limits.
 const (
 	DefaultRoutingHeader     = "x-skewgate-upstream"
@@ -78,6 +97,7 @@ const (
 	// authentication.
 	DefaultDiscoveryAuthorizationCacheSeconds = 10
 	MaxDiscoveryAuthorizationCacheSeconds     = 300
+	DefaultSchemaSkewRouting                  = SchemaSkewReadsAndWrites
 )
 
 // Options are the settings a configuration carries besides its snapshot.
@@ -96,6 +116,7 @@ type Options struct {
 	// to "may this credential read discovery?" is reused; 0 asks on every
 	// merged discovery request.
 	DiscoveryAuthorizationCacheSeconds int
+	SchemaSkewRouting                  SchemaSkewRouting
 }
 
 // Defaults are the options of a configuration that sets none.
@@ -105,6 +126,7 @@ func Defaults() Options {
 		RetryAfterSeconds:                  DefaultRetryAfterSeconds,
 		IdentityMode:                       DefaultIdentityMode,
 		DiscoveryAuthorizationCacheSeconds: DefaultDiscoveryAuthorizationCacheSeconds,
+		SchemaSkewRouting:                  DefaultSchemaSkewRouting,
 	}
 }
 
@@ -116,6 +138,7 @@ var (
 	errRetryAfterSeconds     = errors.New("must be an integer from 1 to " + strconv.Itoa(MaxRetryAfterSeconds))
 	errAuthorizationCache    = errors.New("must be an integer from 0 to " + strconv.Itoa(MaxDiscoveryAuthorizationCacheSeconds))
 	errIdentityMode          = errors.New(`must be "` + string(IdentityPassthrough) + `" or "` + string(IdentityFrontProxy) + `"`)
+	errSchemaSkewRouting     = errors.New(`must be "` + string(SchemaSkewReadsAndWrites) + `" or "` + string(SchemaSkewWrites) + `"`)
 	errTrustPeerProxied      = errors.New("must be true or false")
 	errRoutingHeaderString   = errors.New("must be a string")
 )
@@ -166,6 +189,14 @@ func CheckIdentityMode(m IdentityMode) error {
 	return nil
 }
 
+// CheckSchemaSkewRouting accepts the two policies.
+func CheckSchemaSkewRouting(r SchemaSkewRouting) error {
+	if r != SchemaSkewReadsAndWrites && r != SchemaSkewWrites {
+		return errSchemaSkewRouting
+	}
+	return nil
+}
+
 // Check reports the first option the plugin would refuse, as the plugin
 // reports it.
 func (o Options) Check() error {
@@ -180,6 +211,9 @@ func (o Options) Check() error {
 	}
 	if err := CheckDiscoveryAuthorizationCacheSeconds(int64(o.DiscoveryAuthorizationCacheSeconds)); err != nil {
 		return fieldError(fieldDiscoveryAuthorizationCacheSeconds, err, strconv.Itoa(o.DiscoveryAuthorizationCacheSeconds))
+	}
+	if err := CheckSchemaSkewRouting(o.SchemaSkewRouting); err != nil {
+		return fieldError(fieldSchemaSkewRouting, err, strconv.Quote(string(o.SchemaSkewRouting)))
 	}
 	return nil
 }
@@ -196,8 +230,8 @@ func (o Options) Marshal(rawSnapshot []byte) ([]byte, error) {
 		return nil, err
 	}
 	b := make([]byte, 0, 230+len(rawSnapshot))
-	// The version, the routing header (a token) and the identity mode (one
-	// of two constants) need no escaping.
+	// The version, the routing header (a token), the identity mode and the
+	// schema skew routing (constants) need no escaping.
 	b = append(b, `{"`+discovery.SchemaVersionMember+`":"`...)
 	b = append(b, discovery.CurrentSchema().String()...)
 	b = append(b, `","`+fieldRoutingHeader+`":"`...)
@@ -210,7 +244,9 @@ func (o Options) Marshal(rawSnapshot []byte) ([]byte, error) {
 	b = append(b, o.IdentityMode...)
 	b = append(b, `","`+fieldDiscoveryAuthorizationCacheSeconds+`":`...)
 	b = strconv.AppendInt(b, int64(o.DiscoveryAuthorizationCacheSeconds), 10)
-	b = append(b, `,"`+fieldSnapshot+`":`...)
+	b = append(b, `,"`+fieldSchemaSkewRouting+`":"`...)
+	b = append(b, o.SchemaSkewRouting...)
+	b = append(b, `","`+fieldSnapshot+`":`...)
 	b = append(b, rawSnapshot...)
 	return append(b, '}'), nil
 }
@@ -312,6 +348,13 @@ func parse(raw []byte) (discovery.JSONValue, parsed, error) {
 			return doc, opts, fieldError(fieldIdentityMode, errIdentityMode, v.Raw())
 		}
 		opts.IdentityMode = mode
+	}
+	if v := doc.Get(fieldSchemaSkewRouting); v.Exists() {
+		routing := SchemaSkewRouting(v.Str())
+		if !v.IsString() || CheckSchemaSkewRouting(routing) != nil {
+			return doc, opts, fieldError(fieldSchemaSkewRouting, errSchemaSkewRouting, v.Raw())
+		}
+		opts.SchemaSkewRouting = routing
 	}
 	return doc, opts, nil
 }

@@ -30,7 +30,11 @@ func TestConfigurationFieldsOfANewerMinorAreIgnoredAndNamed(t *testing.T) {
 		t.Errorf("schema %v, retryAfterSeconds %d; want %v and 7", cfg.Schema, cfg.RetryAfterSeconds, nextMinor())
 	}
 
-	plain, err := Parse(withFields(""))
+	written, err := Defaults().Marshal([]byte(snapshot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := Parse(written)
 	if err != nil || len(plain.Ignored) != 0 || plain.Schema != discovery.CurrentSchema() {
 		t.Errorf("a configuration of this build's version: ignored %q, schema %v, %v", plain.Ignored, plain.Schema, err)
 	}
