@@ -110,6 +110,10 @@ type Config struct {
 	// management server holds open, in all and per client certificate; zero
 	// values take xds.DefaultMaxStreams and xds.DefaultMaxStreamsPerClient.
 	XDSMaxStreams, XDSMaxStreamsPerClient int
+	// EnvoyWasmSchemaVersion is the schema version the module the Envoys
+	// load announces, when it is not the one WasmPath names
+	// (checkModuleSchemas).
+	EnvoyWasmSchemaVersion string
 	// WasmPath is the plugin module.
 	WasmPath string
 	// RoutingHeader and RetryAfterSeconds go into the plugin configuration and
@@ -214,6 +218,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.wasm, err = os.ReadFile(cfg.WasmPath); err != nil {
 		return nil, fmt.Errorf("plugin module: %w (run `make build` to build it)", err)
+	}
+	if err := s.checkModuleSchemas(); err != nil {
+		return nil, err
 	}
 	// Every certificate, key and CA file is followed: new handshakes use new
 	// material, connections in flight keep theirs.
