@@ -1,6 +1,7 @@
 package discovery_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -109,7 +110,7 @@ func TestFieldDataDefectsAreRefusedNamingServerAndField(t *testing.T) {
 				paths = append(paths, "spec.f"+string(rune('a'+i)))
 			}
 			s[0].MissingFields["apps/v1/deployments"] = paths
-		}, `servers[0] (apiserver-aaa): missingFields: "apps/v1/deployments": 17 field paths, at most 16`},
+		}, fmt.Sprintf(`servers[0] (apiserver-aaa): missingFields: "apps/v1/deployments": %d field paths, at most %d`, MaxMissingFields+1, MaxMissingFields)},
 		{"unsorted missing fields", func(s []Server) { s[0].MissingFields["apps/v1/deployments"] = []string{"status.a", "spec.a"} },
 			`missingFields: "apps/v1/deployments": field path: "spec.a" not sorted after "status.a"`},
 	} {

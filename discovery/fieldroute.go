@@ -144,6 +144,8 @@ func acceptingServers(labels []acceptedLabel, rawQuery string) (accepting Server
 }
 
 func serversAccepting(labels []acceptedLabel, field selectorText) ServerSet {
+	// A field without escapes is compared as it stands.
+	field.inQuery = field.inQuery && containsEither(field.s, '%', '+')
 	for i := range labels {
 		if field.is(labels[i].label) {
 			return labels[i].servers

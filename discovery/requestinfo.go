@@ -541,23 +541,33 @@ type selectorText struct {
 	inQuery bool
 }
 
-// at is the decoded byte at offset i and the offset of the next one.
+// at is the decoded byte at offset i and the offset of the next one, small
+// enough to inline into the loops that read a selector.
 func (t selectorText) at(i int) (byte, int) {
-	if t.inQuery {
-		switch t.s[i] {
-		case '%':
-			return unhex(t.s[i+1])<<4 | unhex(t.s[i+2]), i + 3
-		case '+':
-			return ' ', i + 1
-		}
+	switch c := t.s[i]; {
+	case !t.inQuery || c != '%' && c != '+':
+		return c, i + 1
+	case c == '+':
+		return ' ', i + 1
 	}
-	return t.s[i], i + 1
+	return hexValue[t.s[i+1]]<<4 | hexValue[t.s[i+2]], i + 3
+}
+
+// hexValue maps a hexadecimal digit to its value (static data: nothing runs
+// at start-up).
+var hexValue = [256]byte{
+	'0': 0, '1': 1, '2': 2, '3': 3, '4': 4, '5': 5, '6': 6, '7': 7, '8': 8, '9': 9,
+	'a': 10, 'b': 11, 'c': 12, 'd': 13, 'e': 14, 'f': 15,
+	'A': 10, 'B': 11, 'C': 12, 'D': 13, 'E': 14, 'F': 15,
 }
 
 func (t selectorText) slice(from, to int) selectorText { return selectorText{t.s[from:to], t.inQuery} }
 
 // is reports whether the decoded text is want.
 func (t selectorText) is(want string) bool {
+	if !t.inQuery {
+		return t.s == want
+	}
 	j := 0
 	for i := 0; i < len(t.s); j++ {
 		var c byte
