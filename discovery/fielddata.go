@@ -25,7 +25,7 @@ func ResourceKey(group, version, resource string) string {
 }
 
 // parseResourceKey splits a ResourceKey; ok is false for anything else (an
-// empty part, a subresource, a leading slash).
+// empty part, a subresource, the core group spelt with a leading slash).
 func parseResourceKey(key string) (gvr groupVersionResource, ok bool) {
 	parts := strings.Split(key, "/")
 	switch len(parts) {
@@ -36,7 +36,7 @@ func parseResourceKey(key string) (gvr groupVersionResource, ok bool) {
 	default:
 		return gvr, false
 	}
-	return gvr, gvr.version != "" && gvr.resource != "" && (len(parts) == 2 || gvr.group != "")
+	return gvr, gvr.version != "" && gvr.resource != "" && ResourceKey(gvr.group, gvr.version, gvr.resource) == key
 }
 
 // resourceListsMember is a member mapping resource keys to sorted lists of
