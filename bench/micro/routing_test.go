@@ -15,15 +15,25 @@ import (
 )
 
 // routingRequests are everyday API requests against the captured plane: two
-// that every server serves and two that only the newer servers serve.
+// that every server serves and two that only the newer servers serve; then
+// lists with field selectors (escaped as client-go escapes them, or not)
+// that every server accepts or only v1.37.2 does, and a write of a kind only
+// v1.37.2 knows every field of (capturedFieldData). fieldSkew marks those
+// the field-level data re-routes.
 var routingRequests = []struct {
 	name, method, path, rawQuery string
 	want                         discovery.Action
+	fieldSkew                    bool
 }{
-	{"get-object", "GET", "/apis/apps/v1/namespaces/default/deployments/web", "", discovery.Forward},
-	{"list-pods", "GET", "/api/v1/namespaces/kube-system/pods", "limit=500&resourceVersion=0", discovery.Forward},
-	{"create-rerouted", "POST", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies", "", discovery.Route},
-	{"watch-rerouted", "GET", "/apis/certificates.k8s.io/v1/clustertrustbundles", "watch=true&resourceVersion=1", discovery.Route},
+	{"get-object", "GET", "/apis/apps/v1/namespaces/default/deployments/web", "", discovery.Forward, false},
+	{"list-pods", "GET", "/api/v1/namespaces/kube-system/pods", "limit=500&resourceVersion=0", discovery.Forward, false},
+	{"create-rerouted", "POST", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies", "", discovery.Route, false},
+	{"watch-rerouted", "GET", "/apis/certificates.k8s.io/v1/clustertrustbundles", "watch=true&resourceVersion=1", discovery.Route, false},
+	{"list-field-selector", "GET", "/apis/resource.k8s.io/v1/resourceslices", "fieldSelector=spec.nodeName=node-1,spec.driver=dra.example.com&limit=500", discovery.Forward, false},
+	{"list-field-selector-escaped", "GET", "/apis/resource.k8s.io/v1/resourceslices", "fieldSelector=spec.nodeName%3Dnode-1%2Cspec.driver%3Ddra.example.com&limit=500", discovery.Forward, false},
+	{"watch-field-selector-rerouted", "GET", "/apis/resource.k8s.io/v1/resourceslices", "fieldSelector=spec.pool.name=pool-1&watch=true", discovery.Route, true},
+	{"watch-field-selector-escaped-rerouted", "GET", "/apis/resource.k8s.io/v1/resourceslices", "fieldSelector=spec.pool.name%3Dpool-1&watch=true", discovery.Route, true},
+	{"create-schema-skew-rerouted", "POST", "/apis/batch/v1/namespaces/default/jobs", "", discovery.Route, true},
 }
 
 // kubeAPIServerRequestInfo is the factory kube-apiserver installs.
@@ -74,7 +84,7 @@ func TestRoutingBenchmarkSidesAnswerTheSameQuestion(t *testing.T) {
 			if err != nil || !info.IsResourceRequest {
 				t.Fatalf("ParseRequestInfo: %+v, %v; want a resource request", info, err)
 			}
-			d := ix.Decide(&discovery.Request{Method: r.method, Path: r.path}, 0)
+			d := ix.Decide(&discovery.Request{Method: r.method, Path: r.path, Query: r.rawQuery}, 0)
 			if d.Action != r.want {
 				t.Fatalf("Decide: %v; want %v", d.Action, r.want)
 			}
@@ -85,7 +95,7 @@ func TestRoutingBenchmarkSidesAnswerTheSameQuestion(t *testing.T) {
 			if want := ix.ServersForResource(info.APIGroup, info.APIVersion, info.Resource); set != want {
 				t.Errorf("upstream lookup finds servers %b; the index %b", set, want)
 			}
-			if rerouted := set != every; rerouted != (r.want == discovery.Route) {
+			if rerouted := set != every || r.fieldSkew; rerouted != (r.want == discovery.Route) {
 				t.Errorf("upstream lookup: servers %b of %b; decision %v", set, every, r.want)
 			}
 		})
@@ -106,7 +116,7 @@ func BenchmarkRequestRouting(b *testing.B) {
 	for _, r := range routingRequests {
 		b.Run(r.name, func(b *testing.B) {
 			b.Run("skewgate", func(b *testing.B) {
-				req := discovery.Request{Method: r.method, Path: r.path}
+				req := discovery.Request{Method: r.method, Path: r.path, Query: r.rawQuery}
 				b.ReportAllocs()
 				for i := range b.N {
 					if _, err := discovery.ParseRequestInfo(r.method, r.path, r.rawQuery); err != nil {
@@ -142,7 +152,7 @@ func BenchmarkDecide(b *testing.B) {
 	}
 	names := []string{}
 	for _, r := range routingRequests {
-		requests[r.name] = discovery.Request{Method: r.method, Path: r.path}
+		requests[r.name] = discovery.Request{Method: r.method, Path: r.path, Query: r.rawQuery}
 		names = append(names, r.name)
 	}
 	names = append(names, "discovery-not-modified")

@@ -41,6 +41,7 @@ func runServe(args []string, stderr io.Writer) error {
 	fs.BoolVar(&cfg.Profiling, "profiling", false, "serve Go's CPU, heap, allocation and goroutine profiles under /debug/pprof/ on the metrics listener")
 	fs.StringVar(&cfg.EnvoyECDSFile, "envoy-ecds-file", "", "also write every accepted plugin configuration to this Envoy ECDS file (atomically)")
 	fs.StringVar(&cfg.EnvoyWasmPath, "envoy-wasm-path", "", "plugin module path Envoy loads, written into the ECDS file and served over xDS (default for the ECDS file: the absolute --wasm path; required with --xds-bind-address)")
+	fs.StringVar(&cfg.EnvoyWasmSchemaVersion, "envoy-wasm-schema-version", "", "schema version MAJOR.MINOR the Envoys' plugin module announces (its skewgate_schema_version_MAJOR_MINOR export), when it is another build than --wasm; the controller refuses to start when that module would refuse its configurations")
 	fs.StringVar(&cfg.XDSBindAddress, "xds-bind-address", "", "host:port of the xDS management server that serves every accepted plugin configuration to Envoys over gRPC (ECDS and ADS); empty: none")
 	fs.StringVar(&cfg.XDSTLSCertFile, "xds-tls-cert-file", "", "the xDS server's serving certificate (PEM; default: --tls-cert-file); reloaded when the file changes")
 	fs.StringVar(&cfg.XDSTLSPrivateKeyFile, "xds-tls-private-key-file", "", "the xDS serving certificate's private key (PEM; default: --tls-private-key-file)")

@@ -110,6 +110,10 @@ type Config struct {
 	// management server holds open, in all and per client certificate; zero
 	// values take xds.DefaultMaxStreams and xds.DefaultMaxStreamsPerClient.
 	XDSMaxStreams, XDSMaxStreamsPerClient int
+	// EnvoyWasmSchemaVersion is the schema version the module the Envoys
+	// load announces, when it is not the one WasmPath names
+	// (checkModuleSchemas).
+	EnvoyWasmSchemaVersion string
 	// WasmPath is the plugin module.
 	WasmPath string
 	// RoutingHeader and RetryAfterSeconds go into the plugin configuration and
@@ -214,6 +218,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.wasm, err = os.ReadFile(cfg.WasmPath); err != nil {
 		return nil, fmt.Errorf("plugin module: %w (run `make build` to build it)", err)
+	}
+	if err := s.checkModuleSchemas(); err != nil {
+		return nil, err
 	}
 	// Every certificate, key and CA file is followed: new handshakes use new
 	// material, connections in flight keep theirs.
@@ -734,7 +741,7 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 	if err != nil {
 		return err
 	}
-	ix, err := discovery.NewIndex(snap)
+	ix, err := discovery.NewIndexWith(snap, s.pluginOptions().IndexOptions())
 	if err != nil {
 		return err
 	}
@@ -791,12 +798,19 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 // x-kubernetes-peer-proxied header is never trusted: the gateway faces
 // clients directly.
 func (s *Server) pluginConfig(rawSnapshot []byte) ([]byte, error) {
+	return s.pluginOptions().Marshal(rawSnapshot)
+}
+
+// pluginOptions are the plugin's options; the gateway's retry set indexes
+// each snapshot with the same routing choices.
+func (s *Server) pluginOptions() pluginconfig.Options {
 	return pluginconfig.Options{
 		RoutingHeader:                      s.cfg.RoutingHeader,
 		RetryAfterSeconds:                  s.cfg.RetryAfterSeconds,
 		IdentityMode:                       pluginconfig.IdentityMode(s.cfg.IdentityMode),
 		DiscoveryAuthorizationCacheSeconds: int(s.cfg.DiscoveryAuthorizationCache / time.Second),
-	}.Marshal(rawSnapshot)
+		SchemaSkewRouting:                  pluginconfig.DefaultSchemaSkewRouting,
+	}
 }
 
 // APIServerFlagError names the flag, --apiserver or --local-apiserver, of an

@@ -345,6 +345,85 @@ func BenchmarkPluginConfigure(b *testing.B) {
 	}
 }
 
+// BenchmarkPluginConfigure64 is a snapshot push of 64 servers (the captured
+// v1.35.4, v1.36.3 and v1.37.2 documents in turn), without and with
+// field-level data shaped like the skew the captured schemas show between
+// v1.36.3 and v1.37.2 (benchFieldData): the native core against
+// Host.Configure on one VM, with the configuration's size.
+func BenchmarkPluginConfigure64(b *testing.B) {
+	for _, fields := range []bool{false, true} {
+		name := "servers=64"
+		if fields {
+			name += "/field-data"
+		}
+		snapshots := [][]byte{benchSnapshot64(b, 2, fields), benchSnapshot64(b, 3, fields)}
+		configs := [][]byte{pluginConfigOf(b, snapshots[0]), pluginConfigOf(b, snapshots[1])}
+		b.Run(name+"/native", func(b *testing.B) {
+			benchNativeConfigure(b, snapshots)
+			b.ReportMetric(float64(len(configs[0])), "config-bytes")
+		})
+		b.Run(name+"/instances=1", func(b *testing.B) {
+			h := newBenchPluginHost(b, 1)
+			b.SetBytes(int64(len(configs[0])))
+			b.ReportAllocs()
+			for i := range b.N {
+				if err := h.Configure(context.Background(), configs[i%2]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(configs[0])), "config-bytes")
+		})
+	}
+}
+
+// benchSnapshot64 is fixtureSnapshot's 64 servers, every one healthy, with
+// benchFieldData or none.
+func benchSnapshot64(tb testing.TB, generation uint64, fields bool) []byte {
+	tb.Helper()
+	captured, err := fixtures.Servers("default", benchPlaneVersions...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	members := make([]discovery.Server, 64)
+	for i := range members {
+		s := captured[i%len(captured)]
+		members[i] = discoverytest.ServerOf(fmt.Sprintf("%s-%02d", s.ID, i), fmt.Sprintf("kube-%02d", i), s.Version, true, s.APIs, s.API, nil)
+		if fields {
+			benchFieldData(&members[i])
+		}
+	}
+	return discoverytest.Encode(generation, "", members...)
+}
+
+// benchFieldData gives a server of the captured plane the field-level data
+// the comparison of v1.36.3 and v1.37.2 yields: resource slices accept
+// spec.pool.name as a field-selector label from v1.37 on, and the older
+// servers' schemas of 14 kinds lack fields (as many as 59 paths for jobs, of
+// which the snapshot carries discovery.MaxMissingFields, 60 to 70 bytes each).
+func benchFieldData(srv *discovery.Server) {
+	labels := []string{"metadata.name", "spec.driver", "spec.nodeName"}
+	if srv.Version == "v1.37.2" {
+		labels = append(labels, "spec.pool.name")
+	}
+	srv.FieldSelectors = map[string][]string{"resource.k8s.io/v1/resourceslices": labels}
+	if srv.Version == "v1.37.2" {
+		return
+	}
+	srv.MissingFields = map[string][]string{}
+	for _, kind := range []string{
+		"apps/v1/daemonsets", "apps/v1/deployments", "apps/v1/replicasets", "apps/v1/statefulsets",
+		"autoscaling/v2/horizontalpodautoscalers", "batch/v1/cronjobs", "batch/v1/jobs",
+		"resource.k8s.io/v1/resourceclaims", "resource.k8s.io/v1/resourceclaimtemplates", "resource.k8s.io/v1/resourceslices",
+		"storage.k8s.io/v1/csinodes", "v1/nodes", "v1/persistentvolumeclaims", "v1/pods",
+	} {
+		var paths []string
+		for p := range discovery.MaxMissingFields {
+			paths = append(paths, fmt.Sprintf("spec.template.spec.containers[].lifecycle.postStart.httpGet.field%02d", p))
+		}
+		srv.MissingFields[kind] = paths
+	}
+}
+
 func benchNativeConfigure(b *testing.B, snapshots [][]byte) {
 	b.SetBytes(int64(len(snapshots[0])))
 	b.ReportAllocs()

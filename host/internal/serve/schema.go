@@ -1,0 +1,59 @@
+package serve
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/skewgate/skewgate/discovery"
+	pluginconfig "github.com/skewgate/skewgate/plugin/config"
+)
+
+// checkModuleSchemas makes sure the controller never sends a module a
+// configuration it would refuse: it reads the schema version of the module
+// the gateway loads (--wasm) from the file, and takes the Envoys' module to
+// be the same unless --envoy-wasm-schema-version says otherwise (the
+// Envoys' file is theirs, not this host's). A module of another major
+// version refuses every configuration this build writes, and stops the
+// start; one of an older minor accepts them, ignoring and counting what it
+// does not know, which is said here once.
+func (s *Server) checkModuleSchemas() error {
+	own, err := pluginconfig.ModuleSchemaVersion(s.wasm)
+	if err == nil {
+		err = pluginconfig.CheckModuleSchema(own)
+	}
+	if err != nil {
+		return fmt.Errorf("--wasm %s: %w", s.cfg.WasmPath, err)
+	}
+	s.noteOlderModule("the plugin module (--wasm)", own)
+	if s.cfg.EnvoyECDSFile == "" && s.cfg.XDSBindAddress == "" {
+		if s.cfg.EnvoyWasmSchemaVersion != "" {
+			return fmt.Errorf("--envoy-wasm-schema-version needs --envoy-ecds-file or --xds-bind-address: it describes the module the Envoys load")
+		}
+		return nil
+	}
+	envoy := own
+	if s.cfg.EnvoyWasmSchemaVersion != "" {
+		envoy, err = discovery.ParseSchemaVersion(s.cfg.EnvoyWasmSchemaVersion)
+		if err == nil {
+			err = pluginconfig.CheckModuleSchema(envoy)
+		}
+		if err != nil {
+			return fmt.Errorf("--envoy-wasm-schema-version %q: %w", s.cfg.EnvoyWasmSchemaVersion, err)
+		}
+	} else if wasm, err := filepath.Abs(s.cfg.WasmPath); err != nil || wasm != s.cfg.EnvoyWasmPath {
+		s.log.Info("the Envoys' plugin module is taken to implement the schema version the --wasm module announces; give --envoy-wasm-schema-version when they run another build",
+			"envoy_wasm_path", s.cfg.EnvoyWasmPath, "schema_version", own.String())
+	}
+	s.noteOlderModule("the Envoys' plugin module", envoy)
+	return nil
+}
+
+// noteOlderModule says, once, what a module of an older minor version than
+// the configurations this build writes leaves out.
+func (s *Server) noteOlderModule(which string, module discovery.SchemaVersion) {
+	if !module.Less(discovery.CurrentSchema()) {
+		return
+	}
+	s.log.Warn(which+" implements an older schema version than the configurations this controller writes: it accepts them, ignores the fields it does not know, counts them in skewgate_configuration_ignored_fields_total and routes as its version does until it is upgraded",
+		"module_schema_version", module.String(), "configuration_schema_version", discovery.CurrentSchema().String())
+}
