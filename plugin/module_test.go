@@ -14,8 +14,10 @@ import (
 
 	"github.com/tetratelabs/wazero"
 
+	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
 	"github.com/skewgate/skewgate/host/envoyabi"
+	"github.com/skewgate/skewgate/plugin/config"
 	"github.com/skewgate/skewgate/plugin/plugintest"
 )
 
@@ -72,6 +74,15 @@ func TestBuiltModuleExportsWhatEnvoyCalls(t *testing.T) {
 		if exports[name] != nil {
 			t.Errorf("exports %s: a reactor must not", name)
 		}
+	}
+}
+
+// The module announces the schema version it reads, as the hosts read it
+// from the file: the export's name spells discovery's version.
+func TestBuiltModuleAnnouncesTheSchemaItReads(t *testing.T) {
+	v, err := config.ModuleSchemaVersion(readBuiltModule(t))
+	if err != nil || v != discovery.CurrentSchema() {
+		t.Fatalf("the module announces %v, %v; want %v (the //go:wasmexport name in schema.go)", v, err, discovery.CurrentSchema())
 	}
 }
 

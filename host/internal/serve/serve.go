@@ -796,6 +796,7 @@ func (s *Server) pluginConfig(rawSnapshot []byte) ([]byte, error) {
 		RetryAfterSeconds:                  s.cfg.RetryAfterSeconds,
 		IdentityMode:                       pluginconfig.IdentityMode(s.cfg.IdentityMode),
 		DiscoveryAuthorizationCacheSeconds: int(s.cfg.DiscoveryAuthorizationCache / time.Second),
+		SchemaSkewRouting:                  pluginconfig.DefaultSchemaSkewRouting,
 	}.Marshal(rawSnapshot)
 }
 
