@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"cmp"
 	"fmt"
 	"regexp"
 	"slices"
@@ -21,7 +20,7 @@ type labelTable struct {
 	resources map[string][]string
 }
 
-// builtinLabelTables are the embedded tables, oldest minor first.
+// builtinLabelTables are the embedded tables.
 var builtinLabelTables = sync.OnceValues(func() ([]labelTable, error) {
 	captured, err := fieldselectors.Tables()
 	if err != nil {
@@ -42,7 +41,6 @@ func newLabelTables(captured []fieldselectors.Table) ([]labelTable, error) {
 		}
 		tables = append(tables, labelTable{minor: v.minor, version: t.Version, resources: t.Resources})
 	}
-	slices.SortFunc(tables, func(a, b labelTable) int { return cmp.Compare(a.minor, b.minor) })
 	return tables, nil
 }
 
@@ -84,9 +82,10 @@ func labelsOfVersion(tables []labelTable, gitVersion string) map[string][]string
 		return nil
 	}
 	var found map[string][]string
+	foundMinor := -1
 	for _, t := range tables {
-		if t.minor < v.minor || (t.minor == v.minor && !v.preRelease) {
-			found = t.resources
+		if (t.minor < v.minor || (t.minor == v.minor && !v.preRelease)) && t.minor > foundMinor {
+			found, foundMinor = t.resources, t.minor
 		}
 	}
 	return found

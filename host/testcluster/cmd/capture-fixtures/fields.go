@@ -261,15 +261,12 @@ func (c *capturer) captureFieldSelectors(cl *testcluster.Cluster, v string) erro
 	if table.WithoutSchema == nil {
 		table.WithoutSchema = []string{}
 	}
-	raw, err := json.MarshalIndent(struct {
-		Version   string              `json:"version"`
-		Resources map[string][]string `json:"resources"`
-	}{v, labels}, "", "  ")
+	raw, err := tableJSON(v, labels)
 	if err != nil {
 		return err
 	}
 	rel := path.Join(fieldSelectorsDir, strings.TrimPrefix(v, "v")+".json")
-	doc, err := c.write(rel, append(raw, '\n'))
+	doc, err := c.write(rel, raw)
 	if err != nil {
 		return err
 	}
@@ -277,6 +274,32 @@ func (c *capturer) captureFieldSelectors(cl *testcluster.Cluster, v string) erro
 	c.manifest.FieldSelectors = append(c.manifest.FieldSelectors, table)
 	c.log.Printf("%s: %d field-selector probes over %d resources, %d accepted", v, table.Probes, len(labels), table.Accepted)
 	return nil
+}
+
+// tableJSON writes a field-selector table with one resource a line: small to
+// embed, and a difference between captures is a line's.
+func tableJSON(version string, labels map[string][]string) ([]byte, error) {
+	v, err := json.Marshal(version)
+	if err != nil {
+		return nil, err
+	}
+	b := append([]byte(`{"version":`), v...)
+	b = append(b, ",\n\"resources\":{"...)
+	for i, key := range slices.Sorted(maps.Keys(labels)) {
+		k, err := json.Marshal(key)
+		if err != nil {
+			return nil, err
+		}
+		l, err := json.Marshal(labels[key])
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(append(append(append(b, '\n'), k...), ':'), l...)
+	}
+	return append(b, "\n}}\n"...), nil
 }
 
 // compareSchemas lists the resources both versions' default servers serve whose kinds' field
