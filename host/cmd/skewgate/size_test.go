@@ -11,8 +11,11 @@ import (
 // buildFlags are the Makefile's for bin/skewgate.
 var buildFlags = []string{"-trimpath", "-tags", "grpcnotrace"}
 
-// maxBinarySize is bin/skewgate's budget, unstripped, in bytes.
-const maxBinarySize = 38_000_000
+// maxBinarySize is bin/skewgate's budget, unstripped, in bytes. Field-level
+// skew added about 0.23 MB to the 38.0 MB before it: the snapshot's new
+// members, the OpenAPI v3 schema reduction and the embedded field-selector
+// tables.
+const maxBinarySize = 38_300_000
 
 // sizeAdvice names what has made the binary grow before.
 const sizeAdvice = `see what links it: go list -tags grpcnotrace -deps ./host/cmd/skewgate, ` +
