@@ -15,6 +15,7 @@ TEST_BINARIES := etcd@v3.6.16,kube-apiserver@v1.30.14,kube-apiserver@v1.31.4,kub
 # Each fuzz target runs briefly in `make test`; `make fuzz FUZZTIME=1000000x` runs them longer.
 FUZZ_TARGETS := \
 	./discovery:FuzzParseRequestInfo \
+	./discovery:FuzzFieldSelectorRouting \
 	./discovery:FuzzNegotiateDiscovery \
 	./discovery:FuzzParseGroupList \
 	./discovery:FuzzParseSnapshot \

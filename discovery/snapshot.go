@@ -139,14 +139,6 @@ type reading struct {
 // member that contains it does not name itself again.
 type locatedError struct{ error }
 
-// readMembers reads an object of the format: collectMembers, then
-// fillMembers. at is where the object sits, array indexes left out
-// ("servers[]."), for naming an ignored member.
-func readMembers[T any](obj JSONValue, into *T, table []member[T], where func(*T) string, r *reading, at string) error {
-	values, unknown := collectMembers(obj, table)
-	return fillMembers(values, unknown, into, table, where, r, at)
-}
-
 // collectMembers finds every member of obj that the table names, the first
 // of each name only, in one pass (looking each up would skip over the
 // embedded documents once per name), and the names of those it does not
@@ -182,7 +174,10 @@ func memberValue[T any](table []member[T], values []JSONValue, name string) JSON
 
 // fillMembers fills into from the collected values in the table's order, so
 // that where (called after each member) can name what is read so far, then
-// deals with the members the table does not know (DocumentSchema).
+// deals with the members the table does not know (DocumentSchema). at is
+// where the object sits, array indexes left out ("servers[]."), for naming
+// an ignored member. Reading an object is collectMembers, then fillMembers:
+// each a call of its own, never nested, to keep the parser's stack flat.
 func fillMembers[T any](values []JSONValue, unknown []string, into *T, table []member[T], where func(*T) string, r *reading, at string) error {
 	for i := range table {
 		if err := table[i].read(values[i], into, r); err != nil {
@@ -385,7 +380,8 @@ func parseServer(i int, v JSONValue, r *reading) (Server, error) {
 		return Server{}, fmt.Errorf("snapshot: servers[%d]: must be an object, got %s", i, describeValue(v))
 	}
 	var srv Server
-	err := readMembers(v, &srv, serverMembers[:], func(s *Server) string { return "snapshot: " + serverLabel(i, s.ID) }, r, "servers[].")
+	values, unknown := collectMembers(v, serverMembers[:])
+	err := fillMembers(values, unknown, &srv, serverMembers[:], func(s *Server) string { return "snapshot: " + serverLabel(i, s.ID) }, r, "servers[].")
 	return srv, err
 }
 

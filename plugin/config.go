@@ -27,7 +27,7 @@ func ParseConfig(raw []byte) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	ix, err := discovery.NewIndex(parsed.Snapshot)
+	ix, err := discovery.NewIndexWith(parsed.Snapshot, parsed.IndexOptions())
 	if err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}

@@ -218,6 +218,12 @@ func (o Options) Check() error {
 	return nil
 }
 
+// IndexOptions are the options' routing choices as discovery takes them:
+// the plugin and the gateway's retry set index a snapshot with the same.
+func (o Options) IndexOptions() discovery.IndexOptions {
+	return discovery.IndexOptions{SchemaSkewWritesOnly: o.SchemaSkewRouting == SchemaSkewWrites}
+}
+
 func fieldError(field string, rule error, got string) error {
 	return fmt.Errorf("configuration: %s: %w, got %s", field, rule, got)
 }

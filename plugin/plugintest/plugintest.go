@@ -236,6 +236,9 @@ var cases = []struct {
 	{"DiscoveryAuthorizationWithoutAnswerGives503AndIsAskedAgain", discoveryAuthorizationWithoutAnswerGives503AndIsAskedAgain},
 	{"FrontProxyDiscoveryAuthorizationCarriesTheAssertedIdentity", frontProxyDiscoveryAuthorizationCarriesTheAssertedIdentity},
 	{"DiscoveryAuthorizationAsksThePreferredServer", discoveryAuthorizationAsksThePreferredServer},
+	{"FieldSelectorOnlySomeServersAcceptIsReroutedToThemAndMarked", fieldSelectorOnlySomeServersAcceptIsReroutedToThemAndMarked},
+	{"FieldSelectorAcceptedOnlyByDownServersGives503", fieldSelectorAcceptedOnlyByDownServersGives503},
+	{"KindWhoseSchemasDifferGoesToServersLackingNothing", kindWhoseSchemasDifferGoesToServersLackingNothing},
 	{"InvalidConfigurationIsRejectedWithOneClearLogLine", invalidConfigurationIsRejectedWithOneClearLogLine},
 	{"ConfigurationOfANewerMinorSchemaIsAcceptedWithItsNewFieldsIgnoredAndCounted", configurationOfANewerMinorSchemaIsAcceptedWithItsNewFieldsIgnoredAndCounted},
 	{"GenerationGaugeFollowsConfiguration", generationGaugeFollowsConfiguration},
@@ -303,6 +306,98 @@ func clientNeverChoosesBackendOrDisablesRerouting(t *testing.T, h Harness) {
 		if v, ok := res.Header(name); ok {
 			t.Errorf("inbound %s: %q survived", name, v)
 		}
+	}
+}
+
+// KubeletPodList is the kubelet's list of its node's pods, with the field
+// selector escaped as client-go escapes it.
+const KubeletPodList = "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-1&limit=500&resourceVersion=0"
+
+func fieldSelectorOnlySomeServersAcceptIsReroutedToThemAndMarked(t *testing.T, h Harness) {
+	p := start(t, h, StartOptions{Config: Config(t, 1, nil, discoverytest.WithFieldSkew(discoverytest.SkewedControlPlane()))})
+	seen := map[string]int{}
+	for _, path := range []string{
+		KubeletPodList,
+		"/api/v1/pods?watch=true&fieldSelector=spec.nodeName%3Dnode-1",
+		"/api/v1/watch/namespaces/ns/pods?fieldSelector=metadata.namespace%3Dns,spec.nodeName%21%3Dnode-2",
+		"/api/v1/namespaces/ns/pods?fieldSelector=spec%2EnodeName=node-1",
+	} {
+		res := p.Request("GET", path, [2]string{PeerProxied, "false"})
+		cluster, _ := res.Header(RoutingHeader)
+		seen[cluster]++
+		if got := res.Values(PeerProxied); !slices.Equal(got, []string{"true"}) {
+			t.Errorf("%s: peer-proxied values %q; want exactly [true]", path, got)
+		}
+	}
+	if seen["kube-b"] != 2 || seen["kube-c"] != 2 {
+		t.Errorf("re-routed to %v; want an even split over kube-b and kube-c, which accept spec.nodeName", seen)
+	}
+	for _, path := range []string{
+		"/api/v1/pods?fieldSelector=metadata.name%3Dp",                 // every server accepts it
+		"/api/v1/pods?fieldSelector=spec.nodeName",                     // upstream rejects it: any server says so
+		"/api/v1/pods?fieldSelector=status.podIP%3D10.0.0.1",           // no server accepts it
+		"/api/v1/namespaces/ns/pods/p?fieldSelector=spec.nodeName%3Dn", // a get reads no selector
+		"/api/v1/pods?labelSelector=spec.nodeName%3Dn",
+	} {
+		res := p.Request("GET", path)
+		if v, ok := res.Header(RoutingHeader); !res.Forwarded || ok {
+			t.Errorf("%s: forwarded %v, routed to %q; want the gateway's own balancing", path, res.Forwarded, v)
+		}
+	}
+	if got := p.Counter("skewgate_rerouted_requests_total"); got != 4 {
+		t.Errorf("rerouted counter %d; want 4", got)
+	}
+}
+
+func fieldSelectorAcceptedOnlyByDownServersGives503(t *testing.T, h Harness) {
+	servers := discoverytest.WithFieldSkew(discoverytest.SkewedControlPlane())
+	servers[1].Healthy, servers[2].Healthy = false, false
+	p := start(t, h, StartOptions{Config: Config(t, 1, map[string]any{"retryAfterSeconds": 3}, servers)})
+	res := p.Request("GET", KubeletPodList)
+	if res.Forwarded || res.Local == nil || res.Local.Status != 503 || res.Local.Header("retry-after") != "3" {
+		t.Fatalf("forwarded %v, local %+v; want 503 with Retry-After 3", res.Forwarded, res.Local)
+	}
+	if !strings.Contains(string(res.Local.Body), `"reason":"ServiceUnavailable"`) || !strings.Contains(string(res.Local.Body), "pods") {
+		t.Errorf("body %s; want a ServiceUnavailable Status naming pods", res.Local.Body)
+	}
+	// What kube-a accepts stays with it.
+	if res := p.Request("GET", "/api/v1/pods?fieldSelector=metadata.name%3Dp"); !res.Forwarded {
+		t.Errorf("a selector the healthy server accepts was not forwarded: %+v", res.Local)
+	}
+}
+
+func kindWhoseSchemasDifferGoesToServersLackingNothing(t *testing.T, h Harness) {
+	servers := discoverytest.WithFieldSkew(discoverytest.SkewedControlPlane())
+	const deployments = "/apis/apps/v1/namespaces/ns/deployments"
+	requests := []struct {
+		method, path string
+		write        bool
+	}{
+		{"POST", deployments, true},
+		{"PUT", deployments + "/web", true},
+		{"PATCH", deployments + "/web?fieldManager=kubectl&force=true", true},
+		{"PUT", deployments + "/web/status", true},
+		{"DELETE", deployments + "/web", true},
+		{"GET", deployments + "/web", false},
+		{"GET", deployments + "?watch=true", false},
+	}
+	for _, routing := range []string{"reads-and-writes", "writes"} {
+		t.Run(routing, func(t *testing.T) {
+			p := start(t, h, StartOptions{Config: Config(t, 1, map[string]any{"schemaSkewRouting": routing}, servers)})
+			for _, r := range requests {
+				res := p.Request(r.method, r.path)
+				cluster, _ := res.Header(RoutingHeader)
+				narrowed := r.write || routing == "reads-and-writes"
+				switch {
+				case narrowed && cluster != "kube-b" && cluster != "kube-c":
+					t.Errorf("%s %s: routed to %q; want kube-b or kube-c, whose deployments lack no field", r.method, r.path, cluster)
+				case narrowed && !slices.Equal(res.Values(PeerProxied), []string{"true"}):
+					t.Errorf("%s %s: not marked peer-proxied", r.method, r.path)
+				case !narrowed && cluster != "":
+					t.Errorf("%s %s: routed to %q; want reads left to the gateway", r.method, r.path, cluster)
+				}
+			}
+		})
 	}
 }
 

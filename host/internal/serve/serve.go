@@ -745,7 +745,7 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 	if err != nil {
 		return err
 	}
-	ix, err := discovery.NewIndex(snap)
+	ix, err := discovery.NewIndexWith(snap, s.pluginOptions().IndexOptions())
 	if err != nil {
 		return err
 	}
@@ -802,13 +802,19 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 // x-kubernetes-peer-proxied header is never trusted: the gateway faces
 // clients directly.
 func (s *Server) pluginConfig(rawSnapshot []byte) ([]byte, error) {
+	return s.pluginOptions().Marshal(rawSnapshot)
+}
+
+// pluginOptions are the plugin's options; the gateway's retry set indexes
+// each snapshot with the same routing choices.
+func (s *Server) pluginOptions() pluginconfig.Options {
 	return pluginconfig.Options{
 		RoutingHeader:                      s.cfg.RoutingHeader,
 		RetryAfterSeconds:                  s.cfg.RetryAfterSeconds,
 		IdentityMode:                       pluginconfig.IdentityMode(s.cfg.IdentityMode),
 		DiscoveryAuthorizationCacheSeconds: int(s.cfg.DiscoveryAuthorizationCache / time.Second),
 		SchemaSkewRouting:                  pluginconfig.SchemaSkewRouting(s.cfg.SchemaSkewRouting),
-	}.Marshal(rawSnapshot)
+	}
 }
 
 // APIServerFlagError names the flag, --apiserver or --local-apiserver, of an
