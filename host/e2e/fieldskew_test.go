@@ -388,7 +388,7 @@ func TestSkewgateSendsFieldSelectorsAndNewFieldsToServersThatKnowThem(t *testing
 		return errors.Join(errs...)
 	})
 	old, _ := snap.server(cluster.Server(fieldsOld).URL)
-	t.Logf("snapshot generation %d: the 1.30 server lacks %d field-selector resources' labels and %d resources' fields",
+	t.Logf("snapshot generation %d: labels differ between the servers for %d resources; the 1.30 server's schemas lack fields of %d resources",
 		snap.Generation, len(old.FieldSelectors), len(old.MissingFields))
 
 	client := gw.adminClient()
