@@ -32,7 +32,7 @@ const (
 	// MaxDepth is the most property levels below a kind's root.
 	MaxDepth = 40
 	// MaxFieldsPerKind bounds one kind's field paths; the largest built-in
-	// kind (Pod) has about 2,200.
+	// kind (Pod) has about 1,300.
 	MaxFieldsPerKind = 20_000
 	// MaxFieldsPerDocument bounds the paths of all kinds of one document.
 	MaxFieldsPerDocument = 200_000
