@@ -125,6 +125,11 @@ func readme(m Manifest, labels map[string]map[string][]string, schemaSkew []Sche
 	for _, s := range m.Skew {
 		p("### %s → %s", s.Older, s.Newer)
 		p("")
+		if len(s.OnlyInNewer)+len(s.OnlyInOlder) == 0 {
+			p("No differences.")
+			p("")
+			continue
+		}
 		p("| Resource | Only in | %s | %s |", s.Older, s.Newer)
 		p("|---|---|---|---|")
 		for _, side := range []struct {
