@@ -12,8 +12,9 @@ CLUSTER_PKGS := ./host/testcluster/... ./host/e2e/...
 # The binaries the real-cluster tests start, built from the Go module proxy into
 # the user cache on first use (see host/testcluster); the commands of one
 # Kubernetes release are built by one go build. The real nodes (host/testcluster/
-# kubenode) run containerd, crictl and every node command of v1.36.3 and v1.35.4.
-TEST_BINARIES := etcd@v3.6.16,\
+# kubenode) run containerd, crictl and every node command of v1.36.3 and v1.35.4;
+# the field-level skew scenarios run kube-apiserver v1.30.14 and v1.31.4.
+TEST_BINARIES := etcd@v3.6.16,kube-apiserver@v1.30.14,kube-apiserver@v1.31.4,\
 	kube-apiserver@v1.35.4,kube-controller-manager@v1.35.4,kube-scheduler@v1.35.4,kubelet@v1.35.4,kubeadm@v1.35.4,kubectl@v1.35.4,\
 	kube-apiserver@v1.36.3,kube-controller-manager@v1.36.3,kube-scheduler@v1.36.3,kubelet@v1.36.3,kubeadm@v1.36.3,kubectl@v1.36.3,\
 	containerd@v2.2.9,containerd-shim-runc-v2@v2.2.9,ctr@v2.2.9,crictl@v1.37.0

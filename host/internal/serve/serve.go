@@ -125,7 +125,12 @@ type Config struct {
 	// whole seconds up to MaxDiscoveryAuthorizationCache. Zero asks on every
 	// request; the flag's default is DefaultDiscoveryAuthorizationCache.
 	DiscoveryAuthorizationCache time.Duration
-	PollInterval                time.Duration
+	// SchemaSkewRouting says which requests for a resource whose schemas
+	// differ between the servers go only to the servers whose schema has
+	// every field ("reads-and-writes" or "writes"); "" takes the plugin's
+	// default.
+	SchemaSkewRouting string
+	PollInterval      time.Duration
 	// ReadinessInterval is how often the API servers' /readyz is probed
 	// between polls; default controller.DefaultReadinessInterval.
 	ReadinessInterval time.Duration
@@ -420,6 +425,12 @@ func (c Config) complete() (Config, error) {
 	errs = append(errs, c.checkLimits()...)
 	if c.IdentityMode == "" {
 		c.IdentityMode = string(pluginconfig.DefaultIdentityMode)
+	}
+	if c.SchemaSkewRouting == "" {
+		c.SchemaSkewRouting = string(pluginconfig.DefaultSchemaSkewRouting)
+	}
+	if err := pluginconfig.CheckSchemaSkewRouting(pluginconfig.SchemaSkewRouting(c.SchemaSkewRouting)); err != nil {
+		errs = append(errs, fmt.Errorf("--schema-skew-routing %q: %w", c.SchemaSkewRouting, err))
 	}
 	if c.TLSCertFile == "" || c.TLSPrivateKeyFile == "" {
 		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file are required"))
@@ -809,7 +820,7 @@ func (s *Server) pluginOptions() pluginconfig.Options {
 		RetryAfterSeconds:                  s.cfg.RetryAfterSeconds,
 		IdentityMode:                       pluginconfig.IdentityMode(s.cfg.IdentityMode),
 		DiscoveryAuthorizationCacheSeconds: int(s.cfg.DiscoveryAuthorizationCache / time.Second),
-		SchemaSkewRouting:                  pluginconfig.DefaultSchemaSkewRouting,
+		SchemaSkewRouting:                  pluginconfig.SchemaSkewRouting(s.cfg.SchemaSkewRouting),
 	}
 }
 
