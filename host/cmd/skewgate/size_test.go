@@ -11,8 +11,10 @@ import (
 // buildFlags are the Makefile's for bin/skewgate.
 var buildFlags = []string{"-trimpath", "-tags", "grpcnotrace"}
 
-// maxBinarySize is bin/skewgate's budget, unstripped, in bytes.
-const maxBinarySize = 38_000_000
+// maxBinarySize is bin/skewgate's budget, unstripped, in bytes: 38 MB
+// before skewgate check, which added 0.5 MB of code and the 0.4 MB of
+// captured documents it checks pinned versions against.
+const maxBinarySize = 39_000_000
 
 // sizeAdvice names what has made the binary grow before.
 const sizeAdvice = `see what links it: go list -tags grpcnotrace -deps ./host/cmd/skewgate, ` +
@@ -37,7 +39,8 @@ func TestBuiltBinaryFitsSizeBudget(t *testing.T) {
 
 // TestBinaryLinksNoTemplatesAPITypesOrDemo lists the packages bin/skewgate
 // links: none of those that have made it large, nor the demo, its fakes or
-// test helpers.
+// test helpers. The captured documents (package fixtures) are linked: they
+// are what `skewgate check --to VERSION` compares against.
 func TestBinaryLinksNoTemplatesAPITypesOrDemo(t *testing.T) {
 	args := append(append([]string{"list", "-deps"}, buildFlags...), "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, ".")
 	out, err := exec.Command("go", args...).CombinedOutput()
@@ -48,7 +51,7 @@ func TestBinaryLinksNoTemplatesAPITypesOrDemo(t *testing.T) {
 		"text/template", "html/template",
 		"k8s.io/api/core/v1", "k8s.io/client-go/kubernetes",
 		"github.com/skewgate/skewgate/host/internal/demo", "github.com/skewgate/skewgate/host/internal/devpki",
-		"github.com/skewgate/skewgate/fixtures", "github.com/skewgate/skewgate/discovery/discoverytest",
+		"github.com/skewgate/skewgate/discovery/discoverytest",
 	}
 	importers := map[string][]string{}
 	for line := range strings.Lines(string(out)) {
