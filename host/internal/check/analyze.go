@@ -396,8 +396,10 @@ func (a *analysis) crdFindings() {
 				f.During = Verdict{Unaffected, fmt.Sprintf("objects stored as %s are converted to the requested version on every read", v)}
 			}
 			f.After = Verdict{AtRisk, fmt.Sprintf("%s cannot leave spec.versions while status.storedVersions lists it: the API server "+
-				"refuses the CRD update (\"must appear in spec.versions\", knative/eventing#3931) until every object has been "+
-				"rewritten in %s and %s removed from status.storedVersions", v, crd.storageVersion(), v)}
+				"refuses a CRD update that drops it (\"%s was previously a storage version, and must remain in spec.versions until a "+
+				"storage migration ensures no data remains persisted in %s\"; knative/eventing#3931), so an upgrade of the CRD's "+
+				"owner that drops it fails until every object is rewritten in %s and %s removed from status.storedVersions",
+				v, v, v, crd.storageVersion(), v)}
 			if webhook {
 				f.Evidence = append(f.Evidence, "spec.conversion: Webhook, "+conversionTarget(&crd))
 			}
