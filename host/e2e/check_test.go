@@ -11,10 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -428,4 +430,106 @@ func requirePredictedHarms(t *testing.T, cluster *testcluster.Cluster) {
 	if _, err := client.Resource(crds).Update(context.Background(), current, metav1.UpdateOptions{}); err == nil || !strings.Contains(err.Error(), "must remain in spec.versions until a storage migration") {
 		t.Errorf("CRDStoredVersion: dropping v1alpha1 from spec.versions: %v", err)
 	}
+}
+
+// BenchmarkCheck10000Objects measures the check on a 1.35.4 cluster of 10,000 objects in 100
+// namespaces (ConfigMaps, Secrets, LeaseCandidates and ConfigMaps they own): the wall time of
+// bin/skewgate check --to v1.36.3, its peak resident memory and the requests it sent. It starts
+// a cluster of its own; run it alone:
+//
+//	go test -run '^$' -bench Check10000Objects -benchtime 3x ./host/e2e
+func BenchmarkCheck10000Objects(b *testing.B) {
+	cluster, err := testcluster.Start(context.Background(), b, testcluster.Spec{Servers: []testcluster.ServerSpec{
+		{Name: "check-bench", Version: testcluster.KubeVersion135, RuntimeConfig: checkExtraAPIs},
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cluster.Close()
+	admin := cluster.AdminRESTConfig(0)
+	admin.QPS, admin.Burst = 1000, 1000
+	kube := kubernetes.NewForConfigOrDie(admin)
+	candidates := dynamic.NewForConfigOrDie(admin).Resource(leaseCandidates)
+	const namespaces, perNamespace = 100, 100
+	work := make(chan int)
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			for n := range work {
+				errs <- seedBenchNamespace(kube, candidates, fmt.Sprintf("bench-%03d", n))
+			}
+		}()
+	}
+	go func() {
+		for n := range namespaces {
+			work <- n
+		}
+		close(work)
+	}()
+	for range namespaces {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	kubeconfig := cluster.AdminKubeconfig()
+	b.ResetTimer()
+	var peakRSS int64
+	var report checkReport
+	for range b.N {
+		var out bytes.Buffer
+		cmd := exec.Command(skewgateBuild.binary, "check", "--kubeconfig", kubeconfig, "--to", testcluster.KubeVersion136, "-o", "json")
+		cmd.Stdout = &out
+		if err := cmd.Run(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 1 {
+			b.Fatalf("skewgate check: %v", err)
+		}
+		if usage, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			peakRSS = max(peakRSS, usage.Maxrss*1024)
+		}
+		if err := json.Unmarshal(out.Bytes(), &report); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if report.Scan.Objects < namespaces*perNamespace {
+		b.Fatalf("%d objects listed, want at least %d", report.Scan.Objects, namespaces*perNamespace)
+	}
+	b.ReportMetric(float64(report.Scan.Objects), "objects")
+	b.ReportMetric(float64(report.Scan.Requests), "requests")
+	b.ReportMetric(float64(peakRSS)/(1<<20), "peak-RSS-MiB")
+}
+
+// seedBenchNamespace creates a namespace of 100 objects: 80 ConfigMaps, 10 Secrets, 5
+// LeaseCandidates and 5 ConfigMaps each owned by one of them.
+func seedBenchNamespace(kube kubernetes.Interface, candidates dynamic.NamespaceableResourceInterface, ns string) error {
+	ctx := context.Background()
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	for i := range 80 {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i)}, Data: map[string]string{"k": strings.Repeat("v", 200)}}
+		if _, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	for i := range 10 {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("secret-%d", i)}, StringData: map[string]string{"k": "v"}}
+		if _, err := kube.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	for i := range 5 {
+		obj := &unstructured.Unstructured{}
+		if err := obj.UnmarshalJSON(leaseCandidate(fmt.Sprintf("lc-%d", i))); err != nil {
+			return err
+		}
+		owner, err := candidates.Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("owned-%d", i), OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "coordination.k8s.io/v1alpha2", Kind: "LeaseCandidate", Name: owner.GetName(), UID: owner.GetUID()}}}}
+		if _, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
