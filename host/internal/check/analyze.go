@@ -375,8 +375,8 @@ func (a *analysis) crdFindings() {
 			f := Finding{
 				Kind:    KindCRDStoredVersion,
 				Subject: "customresourcedefinition " + crd.Metadata.Name + " " + v,
-				Summary: fmt.Sprintf("status.storedVersions lists %s, which %s does not serve; %s of the kind",
-					v, a.to.label, plural(a.scan.objects[gr], "object", "objects")),
+				Summary: fmt.Sprintf("status.storedVersions lists %s, which %s serves; %s of the kind",
+					v, notServedBy(a.from.api.Serves(r), a.from.label, a.to.label), plural(a.scan.objects[gr], "object", "objects")),
 				Skewgate: "nothing: a custom resource's storage is the cluster's, whichever server answers",
 				Evidence: []string{
 					fmt.Sprintf("customresourcedefinition %s: status.storedVersions %v; spec.versions %s", crd.Metadata.Name,
@@ -438,6 +438,14 @@ func (a *analysis) crdShadowFindings(shadowed []shadowedVersion) {
 	}
 }
 
+// notServedBy names who does not serve a version: the target, or both sides.
+func notServedBy(fromServes bool, from, to string) string {
+	if fromServes {
+		return to + " no longer"
+	}
+	return "neither " + from + " nor " + to
+}
+
 func conversionTarget(crd *customResourceDefinition) string {
 	c := crd.Spec.Conversion
 	switch {
@@ -477,7 +485,7 @@ func (a *analysis) apiServiceFindings() {
 				"group versions its server does not serve); from then on %s still serve %s but leave it out of /apis/%s, the "+
 				"discovery document older clients and kubectl api-resources fall back to, until they restart (kubernetes/kubernetes#51912)",
 				starting, servers(has), gv, gv.Group)},
-			After:    Verdict{Unaffected, fmt.Sprintf("only %s registers it", servers(has))},
+			After:    Verdict{Unaffected, fmt.Sprintf("only %s register it", servers(has))},
 			Skewgate: fmt.Sprintf("routes requests for %s's resources to %s; the group document each server serves still misses it", gv, servers(has)),
 			Evidence: []string{
 				fmt.Sprintf("apiservice %s: spec.group %s, spec.version %s, no spec.service (served by the API servers themselves), label %s=onstart",

@@ -241,7 +241,7 @@ func TestSeededClusterGivesEveryHazardAndNoOther(t *testing.T) {
 		"GarbageCollection coordination.k8s.io/v1alpha2 LeaseCandidate":               "6 dependents name owners of a kind only v1.35.4 serves",
 		"NamespaceDeletion namespace skew-ns":                                         "4 leasecandidates.coordination.k8s.io (served only by v1.35.4)",
 		"RemovedAPIInUse networking.k8s.io/v1beta1 servicecidrs":                      "1 writer uses networking.k8s.io/v1beta1, which v1.36.3 does not serve",
-		"CRDStoredVersion customresourcedefinition widgets.skew.example.com v1alpha1": "status.storedVersions lists v1alpha1, which v1.36.3 does not serve; 2 objects of the kind",
+		"CRDStoredVersion customresourcedefinition widgets.skew.example.com v1alpha1": "status.storedVersions lists v1alpha1, which neither v1.35.4 nor v1.36.3 serves; 2 objects of the kind",
 	} {
 		if got := byKey[key].Summary; got != want {
 			t.Errorf("%s: summary %q, want %q", key, got, want)
