@@ -11,10 +11,11 @@ FUZZTIME  ?= 3000x
 CLUSTER_PKGS := ./host/testcluster/... ./host/e2e/...
 # The binaries the real-cluster tests start, built from the Go module proxy into
 # the user cache on first use (see host/testcluster).
-TEST_BINARIES := etcd@v3.6.16,kube-apiserver@v1.35.4,kube-apiserver@v1.36.3,kubectl@v1.36.3,kube-controller-manager@v1.35.4,kube-controller-manager@v1.36.3
+TEST_BINARIES := etcd@v3.6.16,kube-apiserver@v1.30.14,kube-apiserver@v1.31.4,kube-apiserver@v1.35.4,kube-apiserver@v1.36.3,kubectl@v1.36.3,kube-controller-manager@v1.35.4,kube-controller-manager@v1.36.3
 # Each fuzz target runs briefly in `make test`; `make fuzz FUZZTIME=1000000x` runs them longer.
 FUZZ_TARGETS := \
 	./discovery:FuzzParseRequestInfo \
+	./discovery:FuzzFieldSelectorRouting \
 	./discovery:FuzzNegotiateDiscovery \
 	./discovery:FuzzParseGroupList \
 	./discovery:FuzzParseSnapshot \

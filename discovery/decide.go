@@ -11,8 +11,9 @@ type Request struct {
 	Method string
 	// Path is the decoded URL path.
 	Path string
-	// Query is the raw query; only the hash of an OpenAPI v3 document URL is
-	// read from it (a query never changes which resource a request addresses).
+	// Query is the raw query; only the hash of an OpenAPI v3 document URL
+	// and the first fieldSelector are read from it (a query never changes
+	// which resource a request addresses, only which servers can answer it).
 	Query string
 	// Accept and IfNoneMatch are the header values ("" when absent).
 	Accept, IfNoneMatch string
@@ -165,7 +166,12 @@ func (ix *Index) lookup(req *Request) (target Decision, capable ServerSet) {
 		return target, 0
 	case info.IsResourceRequest:
 		target.Group, target.Version, target.Resource = info.APIGroup, info.APIVersion, info.Resource
-		return target, ix.gvr[groupVersionResource{info.APIGroup, info.APIVersion, info.Resource}]
+		gvr := groupVersionResource{info.APIGroup, info.APIVersion, info.Resource}
+		capable = ix.gvr[gvr]
+		if f := ix.fields[gvr]; f != nil && capable != 0 {
+			capable = ix.narrowForFields(f, req, &info, capable)
+		}
+		return target, capable
 	case req.Method != "GET" && req.Method != "HEAD":
 		return target, 0
 	}

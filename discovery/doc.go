@@ -18,6 +18,8 @@
 // reader and the writer walk. Every field is required unless noted.
 //
 //	{
+//	  "schemaVersion": "1.0",               // optional (absent: 1.0): the schema version written for
+//	  "requiresSchemaVersion": "1.0",       // optional: the oldest reader version that may read it
 //	  "generation": 42,                     // > 0; a new snapshot carries a higher number
 //	  "preferred": "apiserver-7x5ezbbh7ckzrcmfarikojwuzq", // optional: the id of the server that
 //	                                        // takes every request it can serve (node-local mode)
@@ -30,7 +32,11 @@
 //	      "healthy": true,                  // /readyz answered 200 on the last probe
 //	      "apis": { APIGroupDiscoveryList },// the server's own GET /apis, Accept ...;profile=nopeer
 //	      "api":  { APIGroupDiscoveryList },// the server's own GET /api, same Accept
-//	      "openapiV3": {"apis/apps/v1": "<hash>", ...} // optional: the server's GET /openapi/v3
+//	      "openapiV3": {"apis/apps/v1": "<hash>", ...}, // optional: the server's GET /openapi/v3
+//	      "fieldSelectors": {"v1/services": ["metadata.name", ...], ...}, // optional (1.1): per resource,
+//	                                        // the field-selector labels the server accepts, sorted
+//	      "missingFields": {"apps/v1/deployments": ["spec.x", ...], ...}  // optional (1.1): per resource,
+//	                                        // field paths other servers' schemas have and this one's lacks
 //	    }
 //	  ]
 //	}
@@ -40,7 +46,29 @@
 // ignored; a list parsed from a document is written as that document);
 // "openapiV3" is the index of the server's OpenAPI v3 documents, each path with
 // the hash of its serverRelativeURL ("/openapi/v3/<path>?hash=<hash>").
+//
+// "fieldSelectors" and "missingFields" name a resource as
+// "<group>/<version>/<resource>", for the core group "<version>/<resource>"
+// ("v1/services"; ResourceKey), never a subresource, and only resources the
+// server serves. "fieldSelectors" is there only for resources whose label
+// sets differ between the snapshot's servers, and then every server that
+// serves the resource lists it: a label no server lists is accepted by none.
+// "missingFields" lists at most MaxMissingFields dotted paths per resource:
+// evidence, since routing only needs to know that the server lacks some.
+// Without either member a snapshot has no field-level knowledge and routes
+// as one of schema 1.0.
 // fixtures/snapshot-example.json is a complete example.
+//
+// # Schema versions
+//
+// The snapshot and the plugin configuration that carries it are the contract
+// between the controller and the plugin module, which are upgraded
+// separately; schema.go states the rules. In short: a minor version only adds
+// optional members; a reader of the same major version ignores the members of
+// a newer minor it does not know (listing them in Snapshot.Ignored) and
+// refuses unknown members of its own or an older minor; a document of another
+// major version, or one whose requiresSchemaVersion is newer than the reader,
+// is refused with a *SchemaError. A writer always writes its own version.
 //
 // ParseSnapshot rejects malformed input with an error that names the server and
 // the field; it never panics. Callers keep their previous snapshot on error.

@@ -68,15 +68,23 @@ type Index struct {
 	apis    Document
 	api     Document
 	openAPI openAPIIndex
+	// fields holds the resources the servers know different fields of;
+	// nil when the snapshot says nothing about fields.
+	fields  map[groupVersionResource]*resourceFields
+	options IndexOptions
 }
 
-// NewIndex validates the snapshot, then builds the capability maps and the
-// merged /apis and /api documents.
-func NewIndex(snap *Snapshot) (*Index, error) {
+// NewIndex is NewIndexWith the default options.
+func NewIndex(snap *Snapshot) (*Index, error) { return NewIndexWith(snap, IndexOptions{}) }
+
+// NewIndexWith validates the snapshot, then builds the capability maps and
+// the merged /apis and /api documents.
+func NewIndexWith(snap *Snapshot, options IndexOptions) (*Index, error) {
 	if err := snap.Validate(); err != nil {
 		return nil, err
 	}
 	ix := &Index{
+		options:   options,
 		snap:      snap,
 		preferred: snap.PreferredIndex(),
 		gvr:       make(map[groupVersionResource]ServerSet),
@@ -108,6 +116,7 @@ func NewIndex(snap *Snapshot) (*Index, error) {
 		ix.routable = ix.all
 	}
 	ix.indexGroups()
+	ix.indexFields(snap)
 	ix.buildOpenAPI()
 	ix.apis = mergedDocument(snap.Servers, func(s *Server) []Group { return s.APIs.Items })
 	ix.api = mergedDocument(snap.Servers, func(s *Server) []Group { return s.Core.Items })

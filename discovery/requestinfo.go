@@ -510,18 +510,18 @@ func escapedQueryKeyIs(raw, want string) bool {
 // the first match).
 func parseFieldSelector(selector string) (name string, pinned, valid bool) {
 	var firstTerm, firstValue string
-	for rest, more := selector, selector != ""; more; {
-		var term string
+	for rest, more := (selectorText{s: selector}), selector != ""; more; {
+		var term selectorText
 		term, rest, more = cutFieldTerm(rest)
-		if term == "" {
+		if term.s == "" {
 			continue
 		}
 		field, operator, value, ok := splitFieldTerm(term)
 		if !ok || !validFieldValue(value) {
 			return "", false, false
 		}
-		if operator != "!=" && field == "metadata.name" && (!pinned || term < firstTerm) {
-			firstTerm, firstValue, pinned = term, value, true
+		if operator != "!=" && field.s == "metadata.name" && (!pinned || term.s < firstTerm) {
+			firstTerm, firstValue, pinned = term.s, value.s, true
 		}
 	}
 	if !pinned {
@@ -530,45 +530,95 @@ func parseFieldSelector(selector string) (name string, pinned, valid bool) {
 	return unescapeFieldValue(firstValue), true, true
 }
 
+// selectorText is a field selector as fields.ParseSelector reads it: the
+// text itself, or, when inQuery, a raw query value whose escapes (%XX, '+'
+// for a space) are decoded as they are read, so that the router reads the
+// selector of a request without decoding it into a new string. Its offsets
+// are into s; a raw query value's escapes were validated when it was
+// scanned (scanListParams).
+type selectorText struct {
+	s       string
+	inQuery bool
+}
+
+// at is the decoded byte at offset i and the offset of the next one.
+func (t selectorText) at(i int) (byte, int) {
+	if t.inQuery {
+		switch t.s[i] {
+		case '%':
+			return unhex(t.s[i+1])<<4 | unhex(t.s[i+2]), i + 3
+		case '+':
+			return ' ', i + 1
+		}
+	}
+	return t.s[i], i + 1
+}
+
+func (t selectorText) slice(from, to int) selectorText { return selectorText{t.s[from:to], t.inQuery} }
+
+// is reports whether the decoded text is want.
+func (t selectorText) is(want string) bool {
+	j := 0
+	for i := 0; i < len(t.s); j++ {
+		var c byte
+		c, i = t.at(i)
+		if j >= len(want) || want[j] != c {
+			return false
+		}
+	}
+	return j == len(want)
+}
+
 // cutFieldTerm splits off the first term at a comma not escaped by a backslash.
-func cutFieldTerm(s string) (term, rest string, more bool) {
+func cutFieldTerm(t selectorText) (term, rest selectorText, more bool) {
 	escaped := false
-	for i := 0; i < len(s); i++ {
+	for i := 0; i < len(t.s); {
+		c, next := t.at(i)
 		switch {
 		case escaped:
 			escaped = false
-		case s[i] == '\\':
+		case c == '\\':
 			escaped = true
-		case s[i] == ',':
-			return s[:i], s[i+1:], true
+		case c == ',':
+			return t.slice(0, i), t.slice(next, len(t.s)), true
 		}
+		i = next
 	}
-	return s, "", false
+	return t, selectorText{inQuery: t.inQuery}, false
 }
 
 // splitFieldTerm splits at the first operator; "!=" and "==" win over "=" at
 // the same position, and the field itself supports no escaping.
-func splitFieldTerm(term string) (field, operator, value string, ok bool) {
-	for i := 0; i < len(term); i++ {
-		doubled := i+1 < len(term) && term[i+1] == '='
-		switch {
-		case term[i] == '!' && doubled:
-			return term[:i], "!=", term[i+2:], true
-		case term[i] == '=' && doubled:
-			return term[:i], "==", term[i+2:], true
-		case term[i] == '=':
-			return term[:i], "=", term[i+1:], true
+func splitFieldTerm(term selectorText) (field selectorText, operator string, value selectorText, ok bool) {
+	for i := 0; i < len(term.s); {
+		c, next := term.at(i)
+		doubled, after := false, next
+		if next < len(term.s) {
+			var d byte
+			d, after = term.at(next)
+			doubled = d == '='
 		}
+		switch {
+		case c == '!' && doubled:
+			return term.slice(0, i), "!=", term.slice(after, len(term.s)), true
+		case c == '=' && doubled:
+			return term.slice(0, i), "==", term.slice(after, len(term.s)), true
+		case c == '=':
+			return term.slice(0, i), "=", term.slice(next, len(term.s)), true
+		}
+		i = next
 	}
-	return "", "", "", false
+	return selectorText{}, "", selectorText{}, false
 }
 
-// validFieldValue reports whether fields.UnescapeValue accepts s: ',' and '='
-// must be backslash-escaped and a backslash may only escape '\', ',' or '='.
-func validFieldValue(s string) bool {
+// validFieldValue reports whether fields.UnescapeValue accepts the value:
+// ',' and '=' must be backslash-escaped and a backslash may only escape '\',
+// ',' or '='.
+func validFieldValue(v selectorText) bool {
 	escaped := false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
+	for i := 0; i < len(v.s); {
+		var c byte
+		c, i = v.at(i)
 		if escaped {
 			if c != '\\' && c != ',' && c != '=' {
 				return false

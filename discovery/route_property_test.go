@@ -31,7 +31,7 @@ func withHealthAndPreference(t testing.TB, rng *rand.Rand, snap *Snapshot) *Inde
 	if err != nil {
 		t.Fatal(err)
 	}
-	ix, err := NewIndex(s)
+	ix, err := NewIndexWith(s, IndexOptions{SchemaSkewWritesOnly: rng.IntN(2) == 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,10 +137,32 @@ func randomRequest(rng *rand.Rand, ix *Index) Request {
 	default:
 		req.Path = "/apis/" + pickOf("example.com", k.group, "") + "/" + pickOf("v1", k.version, "v9") + "/" + pickOf(k.resource, "widgets", "")
 	}
+	if req.Query == "" && rng.IntN(2) == 0 {
+		req.Query = randomFieldSelectorQuery(rng, ix)
+	}
 	req.Accept = pickOf("", "application/json", acceptAggregatedForTest, acceptAggregatedForTest+";profile=nopeer", "application/vnd.kubernetes.protobuf")
 	req.IfNoneMatch = pickOf("", ix.MergedAPIs().ETag, `"x"`)
 	req.PeerProxied = rng.IntN(10) == 0
 	return req
+}
+
+// randomFieldSelectorQuery is a query whose field selector uses labels the
+// index's servers list, labels none lists, or is malformed.
+func randomFieldSelectorQuery(rng *rand.Rand, ix *Index) string {
+	labels := []string{"metadata.name", "spec.unknown", "", "a%2Cb"}
+	for _, f := range ix.fields {
+		for _, l := range f.labels {
+			labels = append(labels, l.label)
+		}
+	}
+	var q string
+	for i := range rng.IntN(4) {
+		if i > 0 {
+			q += []string{",", "%2C", "%5C,"}[rng.IntN(3)]
+		}
+		q += labels[rng.IntN(len(labels))] + []string{"%3D", "!=", "%3D%3D", ""}[rng.IntN(4)] + "x"
+	}
+	return []string{"fieldSelector=", "limit=5&fieldSelector=", "watch=1&fieldSelector="}[rng.IntN(3)] + q
 }
 
 const acceptAggregatedForTest = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"

@@ -30,6 +30,10 @@ type Snapshot struct {
 	// balanced over all servers.
 	Preferred string
 	Servers   []Server
+	// Ignored names the members of a document of a newer minor schema
+	// version that the reader did not know, once each, array indexes left
+	// out ("servers[].example"); empty for what NewSnapshot builds.
+	Ignored []string
 }
 
 // Server is one kube-apiserver as the controller last saw it.
@@ -44,6 +48,17 @@ type Server struct {
 	// OpenAPI is the server's GET /openapi/v3 index sorted by path; nil when
 	// the snapshot does not carry it.
 	OpenAPI []OpenAPIPath
+	// FieldSelectors maps a resource (ResourceKey: "v1/services" for the
+	// core group, "apps/v1/deployments" otherwise) to the field-selector
+	// labels this server accepts for it, sorted; only for resources whose
+	// label sets differ between the snapshot's servers, and then on every
+	// server that serves the resource. Nil: no such resource, or no
+	// field-level knowledge.
+	FieldSelectors map[string][]string
+	// MissingFields maps a resource (same spelling) to field paths (dotted,
+	// sorted, at most MaxMissingFields of them) that another snapshot
+	// server's schema of it has and this one's lacks. Nil: none known.
+	MissingFields map[string][]string
 }
 
 // NewSnapshot assembles a snapshot and checks it (Validate): it is how every
@@ -82,12 +97,19 @@ func ParseSnapshotValue(doc JSONValue) (*Snapshot, error) {
 		return nil, fmt.Errorf("snapshot: must be a JSON object")
 	}
 	snap := &Snapshot{}
-	if err := readMembers(doc, snap, snapshotMembers[:], func(*Snapshot) string { return "snapshot" }); err != nil {
+	values, unknown := collectMembers(doc, snapshotMembers[:])
+	schema, err := ReadDocumentSchema(func(name string) JSONValue { return memberValue(snapshotMembers[:], values, name) })
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	r := &reading{schema: schema}
+	if err := fillMembers(values, unknown, snap, snapshotMembers[:], func(*Snapshot) string { return "snapshot" }, r, ""); err != nil {
 		return nil, err
 	}
 	if err := snap.Validate(); err != nil {
 		return nil, err
 	}
+	snap.Ignored = r.ignored
 	return snap, nil
 }
 
@@ -98,38 +120,76 @@ func ParseSnapshotValue(doc JSONValue) (*Snapshot, error) {
 type member[T any] struct {
 	name string
 	// read fills into from v, which is missing when the document has no
-	// such member.
-	read func(v JSONValue, into *T) error
+	// such member; r is the reading of the whole document.
+	read func(v JSONValue, into *T, r *reading) error
 	// omitted reports a value that is written by leaving the member out; nil
 	// for a member that is always written.
 	omitted func(from *T) bool
 	write   func(dst []byte, from *T) []byte
 }
 
+// reading is what reading one snapshot document needs besides the document:
+// its schema version, and the members of a newer minor it ignored.
+type reading struct {
+	schema  DocumentSchema
+	ignored []string
+}
+
 // locatedError is a defect whose message already says where it is, so the
 // member that contains it does not name itself again.
 type locatedError struct{ error }
 
-// readMembers reads every member of obj that the table names, the first of
-// each name only, in one pass (looking each up would skip over the embedded
-// documents once per name), then fills into in the table's order, so that
-// where (called after each member) can name what is read so far.
-func readMembers[T any](obj JSONValue, into *T, table []member[T], where func(*T) string) error {
-	values := make([]JSONValue, len(table))
+// collectMembers finds every member of obj that the table names, the first
+// of each name only, in one pass (looking each up would skip over the
+// embedded documents once per name), and the names of those it does not
+// know.
+func collectMembers[T any](obj JSONValue, table []member[T]) (values []JSONValue, unknown []string) {
+	values = make([]JSONValue, len(table))
 	for members := obj.Members(); members.Next(); {
+		known := false
 		for i := range table {
-			if !values[i].Exists() && members.Key().is(table[i].name) {
-				values[i] = members.Value()
+			if members.Key().is(table[i].name) {
+				if !values[i].Exists() {
+					values[i] = members.Value()
+				}
+				known = true
 				break
 			}
 		}
+		if !known {
+			unknown = append(unknown, members.Key().Str())
+		}
 	}
+	return values, unknown
+}
+
+func memberValue[T any](table []member[T], values []JSONValue, name string) JSONValue {
 	for i := range table {
-		if err := table[i].read(values[i], into); err != nil {
+		if table[i].name == name {
+			return values[i]
+		}
+	}
+	return JSONValue{}
+}
+
+// fillMembers fills into from the collected values in the table's order, so
+// that where (called after each member) can name what is read so far, then
+// deals with the members the table does not know (DocumentSchema). at is
+// where the object sits, array indexes left out ("servers[]."), for naming
+// an ignored member. Reading an object is collectMembers, then fillMembers:
+// each a call of its own, never nested, to keep the parser's stack flat.
+func fillMembers[T any](values []JSONValue, unknown []string, into *T, table []member[T], where func(*T) string, r *reading, at string) error {
+	for i := range table {
+		if err := table[i].read(values[i], into, r); err != nil {
 			if located, ok := err.(locatedError); ok {
 				return located.error
 			}
 			return fmt.Errorf("%s: %s: %w", where(into), table[i].name, err)
+		}
+	}
+	for _, name := range unknown {
+		if err := r.schema.unknownMember(name, at, &r.ignored); err != nil {
+			return fmt.Errorf("%s: %w", where(into), err)
 		}
 	}
 	return nil
@@ -156,9 +216,21 @@ func appendMembers[T any](dst []byte, from *T, table []member[T]) []byte {
 
 // snapshotMembers is the snapshot document.
 var snapshotMembers = [...]member[Snapshot]{
+	// ParseSnapshotValue reads the version members before any other
+	// (ReadDocumentSchema); a writer always writes its own version.
+	{
+		name:  SchemaVersionMember,
+		read:  func(JSONValue, *Snapshot, *reading) error { return nil },
+		write: func(dst []byte, _ *Snapshot) []byte { return appendJSONString(dst, CurrentSchema().String()) },
+	},
+	{
+		name:    RequiresSchemaVersionMember,
+		read:    func(JSONValue, *Snapshot, *reading) error { return nil },
+		omitted: func(*Snapshot) bool { return true },
+	},
 	{
 		name: "generation",
-		read: func(v JSONValue, s *Snapshot) error {
+		read: func(v JSONValue, s *Snapshot, _ *reading) error {
 			generation, ok := v.Uint()
 			if !ok || generation == 0 {
 				return fmt.Errorf("must be a positive integer, got %s", describeValue(v))
@@ -170,7 +242,7 @@ var snapshotMembers = [...]member[Snapshot]{
 	},
 	{
 		name: "preferred",
-		read: func(v JSONValue, s *Snapshot) error {
+		read: func(v JSONValue, s *Snapshot, _ *reading) error {
 			if !v.Exists() {
 				return nil
 			}
@@ -185,7 +257,7 @@ var snapshotMembers = [...]member[Snapshot]{
 	},
 	{
 		name: "servers",
-		read: func(v JSONValue, s *Snapshot) error {
+		read: func(v JSONValue, s *Snapshot, r *reading) error {
 			if !v.IsArray() {
 				return fmt.Errorf("must be an array, got %s", describeValue(v))
 			}
@@ -193,7 +265,7 @@ var snapshotMembers = [...]member[Snapshot]{
 				if len(s.Servers) == MaxServers {
 					return fmt.Errorf("more than %d servers", MaxServers)
 				}
-				srv, err := parseServer(len(s.Servers), elements.Value())
+				srv, err := parseServer(len(s.Servers), elements.Value(), r)
 				if err != nil {
 					return locatedError{err}
 				}
@@ -224,7 +296,7 @@ var serverMembers = [...]member[Server]{
 	stringMember("version", func(s *Server) *string { return &s.Version }),
 	{
 		name: "healthy",
-		read: func(v JSONValue, s *Server) error {
+		read: func(v JSONValue, s *Server, _ *reading) error {
 			if !v.IsBool() {
 				return fmt.Errorf("must be true or false, got %s", describeValue(v))
 			}
@@ -237,7 +309,7 @@ var serverMembers = [...]member[Server]{
 	groupListMember("api", func(s *Server) *GroupList { return &s.Core }),
 	{
 		name: "openapiV3",
-		read: func(v JSONValue, s *Server) error {
+		read: func(v JSONValue, s *Server, _ *reading) error {
 			if !v.Exists() {
 				return nil
 			}
@@ -259,12 +331,15 @@ var serverMembers = [...]member[Server]{
 			return append(dst, '}')
 		},
 	},
+	// Since schema 1.1.
+	resourceListsMember("fieldSelectors", func(s *Server) *map[string][]string { return &s.FieldSelectors }),
+	resourceListsMember("missingFields", func(s *Server) *map[string][]string { return &s.MissingFields }),
 }
 
 func stringMember(name string, field func(*Server) *string) member[Server] {
 	return member[Server]{
 		name: name,
-		read: func(v JSONValue, s *Server) error {
+		read: func(v JSONValue, s *Server, _ *reading) error {
 			if !v.IsString() {
 				return fmt.Errorf("must be a string, got %s", describeValue(v))
 			}
@@ -280,7 +355,7 @@ func stringMember(name string, field func(*Server) *string) member[Server] {
 func groupListMember(name string, field func(*Server) *GroupList) member[Server] {
 	return member[Server]{
 		name: name,
-		read: func(v JSONValue, s *Server) error {
+		read: func(v JSONValue, s *Server, _ *reading) error {
 			if !v.IsObject() {
 				return fmt.Errorf("must be an APIGroupDiscoveryList object, got %s", describeValue(v))
 			}
@@ -300,20 +375,22 @@ func groupListMember(name string, field func(*Server) *GroupList) member[Server]
 	}
 }
 
-func parseServer(i int, v JSONValue) (Server, error) {
+func parseServer(i int, v JSONValue, r *reading) (Server, error) {
 	if !v.IsObject() {
 		return Server{}, fmt.Errorf("snapshot: servers[%d]: must be an object, got %s", i, describeValue(v))
 	}
 	var srv Server
-	err := readMembers(v, &srv, serverMembers[:], func(s *Server) string { return "snapshot: " + serverLabel(i, s.ID) })
+	values, unknown := collectMembers(v, serverMembers[:])
+	err := fillMembers(values, unknown, &srv, serverMembers[:], func(s *Server) string { return "snapshot: " + serverLabel(i, s.ID) }, r, "servers[].")
 	return srv, err
 }
 
 // Validate checks the invariants every consumer relies on: a positive
 // generation, 1..MaxServers servers with unique well-formed IDs and clusters
 // (no '+' in a cluster), the core group only in /api and never in /apis,
-// OpenAPI index entries well-formed and sorted by path, and a preferred
-// server that is one of them.
+// OpenAPI index entries well-formed and sorted by path, a preferred
+// server that is one of them, and field-level data as checkFieldData
+// describes.
 func (s *Snapshot) Validate() error {
 	if s.Generation == 0 {
 		return fmt.Errorf("snapshot: generation: must be positive")
@@ -366,7 +443,7 @@ func (s *Snapshot) Validate() error {
 	if _, ok := ids[s.Preferred]; s.Preferred != "" && !ok {
 		return fmt.Errorf("snapshot: preferred: %q is the id of no server in the snapshot", s.Preferred)
 	}
-	return nil
+	return s.checkFieldData()
 }
 
 // CheckPlacement reports what keeps the list from being a server's /api (core

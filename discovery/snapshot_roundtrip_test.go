@@ -107,6 +107,7 @@ func randomSnapshot(t testing.TB, rng *rand.Rand) *Snapshot {
 			}
 		}
 	}
+	randomFieldData(rng, servers)
 	preferred := ""
 	if rng.IntN(3) == 0 {
 		preferred = servers[rng.IntN(len(servers))].ID
@@ -116,6 +117,61 @@ func randomSnapshot(t testing.TB, rng *rand.Rand) *Snapshot {
 		t.Fatal(err)
 	}
 	return snap
+}
+
+// randomFieldData gives some of the resources the servers serve field
+// selectors (on every server that serves one) and missing fields, as
+// NewSnapshot accepts them.
+func randomFieldData(rng *rand.Rand, servers []Server) {
+	var served []groupVersionResource
+	for i := range servers {
+		for _, list := range []*GroupList{&servers[i].APIs, &servers[i].Core} {
+			for _, g := range list.Items {
+				for _, v := range g.Versions {
+					for _, r := range v.Resources {
+						if gvr := (groupVersionResource{g.Name(), v.Version, r.Resource}); !slices.Contains(served, gvr) {
+							served = append(served, gvr)
+						}
+					}
+				}
+			}
+		}
+	}
+	labels := []string{"metadata.name", "metadata.namespace", "spec.nodeName", "status.phase", "type"}
+	pick := func(from []string, max int) []string {
+		var out []string
+		for _, s := range from {
+			if rng.IntN(2) == 0 && len(out) < max {
+				out = append(out, s)
+			}
+		}
+		if len(out) == 0 {
+			out = from[:1]
+		}
+		return out
+	}
+	for _, gvr := range served {
+		key := ResourceKey(gvr.group, gvr.version, gvr.resource)
+		selectors, missing := rng.IntN(3) == 0, rng.IntN(3) == 0
+		for i := range servers {
+			srv := &servers[i]
+			if !srv.serves(gvr) {
+				continue
+			}
+			if selectors {
+				if srv.FieldSelectors == nil {
+					srv.FieldSelectors = map[string][]string{}
+				}
+				srv.FieldSelectors[key] = pick(labels, len(labels))
+			}
+			if missing && rng.IntN(2) == 0 {
+				if srv.MissingFields == nil {
+					srv.MissingFields = map[string][]string{}
+				}
+				srv.MissingFields[key] = pick([]string{"spec.a", "spec.b.c", "status.d"}, 3)
+			}
+		}
+	}
 }
 
 // capturedSnapshot is a snapshot of the servers captured from real
@@ -225,6 +281,11 @@ func TestNewSnapshotRefusesWhatParseSnapshotRejects(t *testing.T) {
 		{"a group in /api", func(s *Snapshot) { s.Servers[0].Core = GroupList{Items: []Group{{Meta: ObjectMeta{Name: "apps"}}}} }},
 		{"OpenAPI path listed twice", func(s *Snapshot) { s.Servers[0].OpenAPI = []OpenAPIPath{{"a", "1"}, {"a", "2"}} }},
 		{"bad OpenAPI hash", func(s *Snapshot) { s.Servers[0].OpenAPI = []OpenAPIPath{{"a", "x-y"}} }},
+		{"field selectors of an unserved resource", func(s *Snapshot) { s.Servers[0].FieldSelectors = map[string][]string{"v1/nothings": {"metadata.name"}} }},
+		{"missing fields of an unserved resource", func(s *Snapshot) { s.Servers[0].MissingFields = map[string][]string{"v1/nothings": {"spec.a"}} }},
+		{"a subresource", func(s *Snapshot) { s.Servers[0].MissingFields = map[string][]string{"v1/things/status": {"spec.a"}} }},
+		{"a leading slash", func(s *Snapshot) { s.Servers[0].MissingFields = map[string][]string{"/v1/things": {"spec.a"}} }},
+		{"an empty version", func(s *Snapshot) { s.Servers[0].MissingFields = map[string][]string{"apps//things": {"spec.a"}} }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := *base

@@ -11,6 +11,10 @@ import (
 type Config struct {
 	config.Options
 	Index *discovery.Index
+	// Schema and Ignored are the configuration's schema version and the
+	// fields of a newer minor version the plugin ignored (config.Config).
+	Schema  discovery.SchemaVersion
+	Ignored []string
 	// frontProxyClusters[i] is the cluster that reaches Index.Servers()[i]
 	// with the front-proxy certificate, built once instead of per request.
 	frontProxyClusters []string
@@ -23,11 +27,11 @@ func ParseConfig(raw []byte) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	ix, err := discovery.NewIndex(parsed.Snapshot)
+	ix, err := discovery.NewIndexWith(parsed.Snapshot, parsed.IndexOptions())
 	if err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	cfg := &Config{Options: parsed.Options, Index: ix}
+	cfg := &Config{Options: parsed.Options, Index: ix, Schema: parsed.Schema, Ignored: parsed.Ignored}
 	for _, srv := range ix.Servers() {
 		cfg.frontProxyClusters = append(cfg.frontProxyClusters, srv.Cluster+discovery.FrontProxyClusterSuffix)
 	}

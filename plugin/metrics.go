@@ -11,7 +11,12 @@ type metrics struct {
 	unavailable            proxywasm.MetricCounter
 	noPeerForwarded        proxywasm.MetricCounter
 	rejectedConfigurations proxywasm.MetricCounter
-	refusedCertificates    proxywasm.MetricCounter
+	// Configurations of a schema version this module cannot honour (also
+	// counted as rejected), and the fields of a newer minor version it
+	// ignored in those it accepted.
+	schemaRejections    proxywasm.MetricCounter
+	ignoredFields       proxywasm.MetricCounter
+	refusedCertificates proxywasm.MetricCounter
 	// Discovery authorization: calls made, answers taken from the cache,
 	// 401/403 answers (from either), and calls without a usable answer.
 	authorizationsChecked  proxywasm.MetricCounter
@@ -32,6 +37,8 @@ func defineMetrics() *metrics {
 		unavailable:            proxywasm.DefineCounterMetric("skewgate_unavailable_responses_total"),
 		noPeerForwarded:        proxywasm.DefineCounterMetric("skewgate_nopeer_discovery_forwarded_total"),
 		rejectedConfigurations: proxywasm.DefineCounterMetric("skewgate_rejected_configurations_total"),
+		schemaRejections:       proxywasm.DefineCounterMetric("skewgate_configuration_schema_rejections_total"),
+		ignoredFields:          proxywasm.DefineCounterMetric("skewgate_configuration_ignored_fields_total"),
 		refusedCertificates:    proxywasm.DefineCounterMetric("skewgate_client_certificates_refused_total"),
 		authorizationsChecked:  proxywasm.DefineCounterMetric("skewgate_discovery_authorizations_checked_total"),
 		authorizationCacheHits: proxywasm.DefineCounterMetric("skewgate_discovery_authorization_cache_hits_total"),

@@ -14,8 +14,10 @@ import (
 
 	"github.com/tetratelabs/wazero"
 
+	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
 	"github.com/skewgate/skewgate/host/envoyabi"
+	"github.com/skewgate/skewgate/plugin/config"
 	"github.com/skewgate/skewgate/plugin/plugintest"
 )
 
@@ -72,6 +74,15 @@ func TestBuiltModuleExportsWhatEnvoyCalls(t *testing.T) {
 		if exports[name] != nil {
 			t.Errorf("exports %s: a reactor must not", name)
 		}
+	}
+}
+
+// The module announces the schema version it reads, as the hosts read it
+// from the file: the export's name spells discovery's version.
+func TestBuiltModuleAnnouncesTheSchemaItReads(t *testing.T) {
+	v, err := config.ModuleSchemaVersion(readBuiltModule(t))
+	if err != nil || v != discovery.CurrentSchema() {
+		t.Fatalf("the module announces %v, %v; want %v (the //go:wasmexport name in schema.go)", v, err, discovery.CurrentSchema())
 	}
 }
 
@@ -172,26 +183,37 @@ func checkInitOnlyRegisters(t *testing.T, fset *token.FileSet, fn *ast.FuncDecl)
 // deciding) allocates nothing; what remains is the SDK's copy of the header
 // map from the host.
 func TestRequestDecisionDoesNotAllocate(t *testing.T) {
-	cfg, err := ParseConfig(plugintest.Config(t, 1, nil, discoverytest.SkewedControlPlane()))
+	cfg, err := ParseConfig(plugintest.Config(t, 1, nil, discoverytest.WithFieldSkew(discoverytest.SkewedControlPlane())))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := &httpContext{plugin: &pluginContext{cfg: cfg}, cfg: cfg}
-	headers := [][2]string{
-		{":method", "GET"}, {":path", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies?limit=500"},
-		{":authority", "kube.example"}, {":scheme", "https"}, {"accept", "application/json"},
-		{"user-agent", "kubectl/v1.36.3"}, {"authorization", "Bearer abc"},
-	}
-	allocs := testing.AllocsPerRun(200, func() {
-		in := h.scan(headers)
-		req, ok := h.request(&in)
-		if !ok {
-			t.Fatal("request target rejected")
+	for _, target := range []string{
+		"/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies?limit=500",
+		plugintest.KubeletPodList,
+		"/api/v1/watch/pods?fieldSelector=metadata.namespace%3Dns%2Cspec.nodeName%21%3Dn%5C%2C1",
+		"/apis/apps/v1/namespaces/ns/deployments/web?fieldManager=kubectl",
+	} {
+		headers := [][2]string{
+			{":method", "GET"}, {":path", target},
+			{":authority", "kube.example"}, {":scheme", "https"}, {"accept", "application/json"},
+			{"user-agent", "kubectl/v1.36.3"}, {"authorization", "Bearer abc"},
 		}
-		cfg.Index.Decide(&req, 1)
-	})
-	if allocs != 0 {
-		t.Errorf("%v allocations per request; want 0", allocs)
+		var d discovery.Decision
+		allocs := testing.AllocsPerRun(200, func() {
+			in := h.scan(headers)
+			req, ok := h.request(&in)
+			if !ok {
+				t.Fatal("request target rejected")
+			}
+			d = cfg.Index.Decide(&req, 1)
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %v allocations per request; want 0", target, allocs)
+		}
+		if d.Action != discovery.Route {
+			t.Errorf("%s: decision %+v; want a re-routed request", target, d)
+		}
 	}
 }
 

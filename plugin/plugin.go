@@ -13,6 +13,7 @@
 package plugin
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 
@@ -79,11 +80,21 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	cfg, err := ParseConfig(raw)
 	if err != nil {
 		p.metrics.rejectedConfigurations.Increment(1)
+		if isSchemaError(err) {
+			p.metrics.schemaRejections.Increment(1)
+		}
 		proxywasm.LogCriticalf("skewgate: configuration rejected: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
 	p.cfg = cfg
 	p.metrics.setGeneration(cfg.Index.Snapshot().Generation)
+	if len(cfg.Ignored) > 0 {
+		// A controller ahead of the module: what it added is optional, so
+		// the module routes as before, and says what it leaves out.
+		p.metrics.ignoredFields.Increment(uint64(len(cfg.Ignored)))
+		proxywasm.LogWarnf("skewgate: configuration of schema %s, newer than this module's %s: ignored the fields it does not know: %s",
+			cfg.Schema, discovery.CurrentSchema(), strings.Join(cfg.Ignored, ", "))
+	}
 	proxywasm.LogInfof("skewgate: configured snapshot generation %d with %d servers",
 		cfg.Index.Snapshot().Generation, len(cfg.Index.Servers()))
 	return types.OnPluginStartStatusOK
@@ -91,6 +102,17 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 
 func (p *pluginContext) NewHttpContext(uint32) types.HttpContext {
 	return &httpContext{plugin: p, cfg: p.cfg}
+}
+
+// isSchemaError is errors.As for *discovery.SchemaError without the
+// reflection errors.As links into the module.
+func isSchemaError(err error) bool {
+	for ; err != nil; err = errors.Unwrap(err) {
+		if _, ok := err.(*discovery.SchemaError); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // pick chooses a server for a request the plugin must name the server of

@@ -10,6 +10,7 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
+	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
 	"github.com/skewgate/skewgate/plugin/plugintest"
 )
@@ -178,5 +179,39 @@ func BenchmarkHeaderFloodStripping(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/header")
 		})
+	}
+}
+
+// A configuration from a controller one minor schema version ahead is
+// accepted with one warning naming what the plugin leaves out.
+func TestNewerMinorConfigurationIsLoggedNamingTheIgnoredFields(t *testing.T) {
+	config := plugintest.NewerMinorConfig(t, 1, discoverytest.SkewedControlPlane())
+	host, reset := proxytest.NewHostEmulator(proxytest.NewEmulatorOption().WithVMContext(&vmContext{}).WithPluginConfiguration(config))
+	defer reset()
+	if host.StartPlugin() != types.OnPluginStartStatusOK {
+		t.Fatal(host.GetCriticalLogs())
+	}
+	next := discovery.SchemaVersion{Major: discovery.SchemaMajor, Minor: discovery.SchemaMinor + 1}
+	want := "skewgate: configuration of schema " + next.String() + ", newer than this module's " + discovery.CurrentSchema().String() +
+		": ignored the fields it does not know: futureOption, snapshot.servers[].weight, snapshot.shards"
+	if warnings := host.GetWarnLogs(); len(warnings) != 1 || warnings[0] != want {
+		t.Errorf("warnings %q; want exactly %q", warnings, want)
+	}
+}
+
+// What a controller of another major version sends is refused, and counted
+// apart from other rejections.
+func TestConfigurationOfAnotherMajorSchemaIsCountedAsASchemaRejection(t *testing.T) {
+	valid := string(plugintest.Config(t, 1, nil, discoverytest.SkewedControlPlane()))
+	config := strings.Replace(valid, `{"snapshot"`, `{"schemaVersion":"2.0","snapshot"`, 1)
+	host, reset := proxytest.NewHostEmulator(proxytest.NewEmulatorOption().WithVMContext(&vmContext{}).WithPluginConfiguration([]byte(config)))
+	defer reset()
+	if host.StartPlugin() == types.OnPluginStartStatusOK {
+		t.Fatal("a configuration of schema 2.0 was accepted")
+	}
+	for name, want := range map[string]uint64{"skewgate_rejected_configurations_total": 1, "skewgate_configuration_schema_rejections_total": 1} {
+		if got, err := host.GetCounterMetric(name); err != nil || got != want {
+			t.Errorf("%s = %d, %v; want %d", name, got, err, want)
+		}
 	}
 }

@@ -21,6 +21,9 @@ type Server struct {
 	// OpenAPI maps the paths of the server's /openapi/v3 index ("apis/apps/v1")
 	// to their hashes; nil leaves the index out of the snapshot.
 	OpenAPI map[string]string
+	// FieldSelectors and MissingFields are the server's field-level data
+	// (discovery.Server); nil leaves them out.
+	FieldSelectors, MissingFields map[string][]string
 }
 
 // commonAPIs is what every server of the skewed control plane serves.
@@ -37,19 +40,31 @@ var commonAPIs = map[string][]string{
 	"policy/v1":                            {"poddisruptionbudgets"},
 }
 
+// WithFieldSkew gives the skewed control plane's servers field-level data:
+// kube-a (v1.35) accepts only metadata.name and metadata.namespace as pod
+// field-selector labels, kube-b and kube-c also spec.nodeName; kube-a's
+// deployments lack fields the others' have.
+func WithFieldSkew(servers []Server) []Server {
+	servers[0].FieldSelectors = map[string][]string{"v1/pods": {"metadata.name", "metadata.namespace"}}
+	servers[1].FieldSelectors = map[string][]string{"v1/pods": {"metadata.name", "metadata.namespace", "spec.nodeName"}}
+	servers[2].FieldSelectors = map[string][]string{"v1/pods": {"metadata.name", "metadata.namespace", "spec.nodeName"}}
+	servers[0].MissingFields = map[string][]string{"apps/v1/deployments": {"spec.template.spec.hostUsers"}}
+	return servers
+}
+
 // SkewedControlPlane is a v1.35 server next to two v1.36 servers, one of which
 // enables an alpha API: the shape of a rolling upgrade. Only the v1.36 servers
 // serve mutatingadmissionpolicies; only kube-c serves coordination.k8s.io/v1alpha2.
 func SkewedControlPlane() []Server {
 	return []Server{
-		{"apiserver-aaa", "kube-a", "v1.35.4", true, withAPIs(nil), nil},
-		{"apiserver-bbb", "kube-b", "v1.36.3", true, withAPIs(map[string][]string{
+		{ID: "apiserver-aaa", Cluster: "kube-a", Version: "v1.35.4", Healthy: true, Groups: withAPIs(nil)},
+		{ID: "apiserver-bbb", Cluster: "kube-b", Version: "v1.36.3", Healthy: true, Groups: withAPIs(map[string][]string{
 			"admissionregistration.k8s.io/v1": {"mutatingadmissionpolicies"},
-		}), nil},
-		{"apiserver-ccc", "kube-c", "v1.36.3", true, withAPIs(map[string][]string{
+		})},
+		{ID: "apiserver-ccc", Cluster: "kube-c", Version: "v1.36.3", Healthy: true, Groups: withAPIs(map[string][]string{
 			"admissionregistration.k8s.io/v1": {"mutatingadmissionpolicies"},
 			"coordination.k8s.io/v1alpha2":    {"leasecandidates"},
-		}), nil},
+		})},
 	}
 }
 
@@ -118,8 +133,10 @@ func GroupListJSON(groups map[string][]string, core bool) json.RawMessage {
 func SnapshotJSON(generation uint64, servers []Server) json.RawMessage {
 	members := make([]discovery.Server, 0, len(servers))
 	for _, s := range servers {
-		members = append(members, ServerOf(s.ID, s.Cluster, s.Version, s.Healthy,
-			GroupListJSON(s.Groups, false), GroupListJSON(s.Groups, true), s.OpenAPI))
+		srv := ServerOf(s.ID, s.Cluster, s.Version, s.Healthy,
+			GroupListJSON(s.Groups, false), GroupListJSON(s.Groups, true), s.OpenAPI)
+		srv.FieldSelectors, srv.MissingFields = s.FieldSelectors, s.MissingFields
+		members = append(members, srv)
 	}
 	return Encode(generation, "", members...)
 }

@@ -37,6 +37,11 @@ func openWatchStream(ctx context.Context, t *testing.T, client *http.Client, url
 		resp.Body.Close()
 		t.Fatalf("opening the watch %s: HTTP %d: %s", url, resp.StatusCode, body)
 	}
+	return newWatchStream(resp)
+}
+
+// newWatchStream delivers the events of an accepted watch's response until it ends.
+func newWatchStream(resp *http.Response) *watchStream {
 	w := &watchStream{events: make(chan watchEvent, 1024), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)

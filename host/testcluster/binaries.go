@@ -19,6 +19,8 @@ import (
 
 // Pinned release versions used by the scenarios and fixtures.
 const (
+	KubeVersion130 = "v1.30.14"
+	KubeVersion131 = "v1.31.4"
 	KubeVersion135 = "v1.35.4"
 	KubeVersion136 = "v1.36.3"
 	KubeVersion137 = "v1.37.2"
@@ -27,7 +29,7 @@ const (
 )
 
 // KubeAPIServerVersions lists every pinned kube-apiserver version, oldest first.
-var KubeAPIServerVersions = []string{KubeVersion135, KubeVersion136, KubeVersion137}
+var KubeAPIServerVersions = []string{KubeVersion130, KubeVersion131, KubeVersion135, KubeVersion136, KubeVersion137}
 
 // KubeControllerManagerVersions are the kube-controller-manager versions of the upgrade the
 // scenarios replay: the one next to a node's not yet upgraded server, and the upgraded one.

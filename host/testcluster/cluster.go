@@ -306,28 +306,33 @@ func (c *Cluster) apiserverArgs(s *apiServer) []string {
 		"--requestheader-client-ca-file=" + f.FrontProxyCACert,
 		"--requestheader-allowed-names=" + FrontProxyClientName,
 		"--requestheader-username-headers=X-Remote-User",
-		"--requestheader-uid-headers=X-Remote-Uid",
+	}
+	// kube-apiserver reads a UID header since 1.32; older ones refuse the flag.
+	if v, err := parseReleaseVersion(s.spec.Version); err != nil || v.major > 1 || v.minor >= 32 {
+		args = append(args, "--requestheader-uid-headers=X-Remote-Uid")
+	}
+	args = append(args,
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
-		"--proxy-client-cert-file=" + f.FrontProxyClientCert,
-		"--proxy-client-key-file=" + f.FrontProxyClientKey,
+		"--proxy-client-cert-file="+f.FrontProxyClientCert,
+		"--proxy-client-key-file="+f.FrontProxyClientKey,
 		"--authorization-mode=RBAC",
-		"--token-auth-file=" + f.Tokens,
-		"--service-account-issuer=https://" + ServingServerName,
-		"--service-account-key-file=" + f.ServiceAccountPub,
-		"--service-account-signing-key-file=" + f.ServiceAccountKey,
-		"--service-cluster-ip-range=" + ServiceClusterIPRange,
+		"--token-auth-file="+f.Tokens,
+		"--service-account-issuer=https://"+ServingServerName,
+		"--service-account-key-file="+f.ServiceAccountPub,
+		"--service-account-signing-key-file="+f.ServiceAccountKey,
+		"--service-cluster-ip-range="+ServiceClusterIPRange,
 		// Since 1.37 the endpoint reconciler of the "kubernetes" Service rejects a loopback advertise
 		// address. Nothing here needs that Service; the peer endpoint leases used by the mixed version
 		// proxy come from a separate reconciler.
 		"--endpoint-reconciler-type=none",
 		// Exec, attach, port-forward and logs reach kubelets (Kubelet) over verified TLS, at the
 		// node address kubeadm prefers.
-		"--kubelet-client-certificate=" + f.KubeletClientCert,
-		"--kubelet-client-key=" + f.KubeletClientKey,
-		"--kubelet-certificate-authority=" + f.CACert,
+		"--kubelet-client-certificate="+f.KubeletClientCert,
+		"--kubelet-client-key="+f.KubeletClientKey,
+		"--kubelet-certificate-authority="+f.CACert,
 		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
-	}
+	)
 	gates := maps.Clone(s.spec.FeatureGates)
 	if s.spec.MVP {
 		if gates == nil {

@@ -94,6 +94,11 @@ func TestAPIServerArgsWireAuthenticationAndPeerFlags(t *testing.T) {
 			),
 		},
 		{
+			name: "before 1.32 no UID header, which those servers do not know",
+			spec: ServerSpec{Name: "a", Version: KubeVersion131},
+			want: slices.DeleteFunc(slices.Clone(common), func(a string) bool { return a == "--requestheader-uid-headers=X-Remote-Uid" }),
+		},
+		{
 			name: "shutdown delay and Retry-After while draining",
 			spec: ServerSpec{Name: "a", Version: KubeVersion136, ShutdownDelay: 10 * time.Second, ShutdownSendRetryAfter: true},
 			want: append(slices.Clone(common),

@@ -26,14 +26,16 @@ const (
 	fieldTrustPeerProxiedHeader             = "trustPeerProxiedHeader"
 	fieldIdentityMode                       = "identityMode"
 	fieldDiscoveryAuthorizationCacheSeconds = "discoveryAuthorizationCacheSeconds"
+	fieldSchemaSkewRouting                  = "schemaSkewRouting" // since schema 1.1
 	fieldSnapshot                           = "snapshot"
 )
 
 // IsField reports whether name is one of the configuration's fields.
 func IsField(name string) bool {
 	switch name {
-	case fieldRoutingHeader, fieldRetryAfterSeconds, fieldTrustPeerProxiedHeader,
-		fieldIdentityMode, fieldDiscoveryAuthorizationCacheSeconds, fieldSnapshot:
+	case discovery.SchemaVersionMember, discovery.RequiresSchemaVersionMember,
+		fieldRoutingHeader, fieldRetryAfterSeconds, fieldTrustPeerProxiedHeader,
+		fieldIdentityMode, fieldDiscoveryAuthorizationCacheSeconds, fieldSchemaSkewRouting, fieldSnapshot:
 		return true
 	}
 	return false
@@ -66,6 +68,24 @@ const (
 	IdentityFrontProxy IdentityMode = "front-proxy"
 )
 
+// SchemaSkewRouting says which requests for a resource whose schemas differ
+// between the servers (some lack fields others have: the snapshot's
+// missingFields) go only to the servers whose schema has every field.
+type SchemaSkewRouting string
+
+const (
+	// SchemaSkewReadsAndWrites routes every request for such a resource
+	// there: a read through a server that lacks a field returns objects
+	// without it, and a client that updates what it read (a read-modify-write
+	// update or a client-side apply) then clears the field wherever the
+	// update goes (kubernetes/kubernetes#46073).
+	SchemaSkewReadsAndWrites SchemaSkewRouting = "reads-and-writes"
+	// SchemaSkewWrites routes only creates, updates, patches (server-side
+	// apply included) and deletes there, which spreads the reads over every
+	// server and leaves the read-modify-write risk to the clients.
+	SchemaSkewWrites SchemaSkewRouting = "writes"
+)
+
 // Defaults and limits.
 const (
 	DefaultRoutingHeader     = "x-skewgate-upstream"
@@ -77,6 +97,7 @@ const (
 	// authentication.
 	DefaultDiscoveryAuthorizationCacheSeconds = 10
 	MaxDiscoveryAuthorizationCacheSeconds     = 300
+	DefaultSchemaSkewRouting                  = SchemaSkewReadsAndWrites
 )
 
 // Options are the settings a configuration carries besides its snapshot.
@@ -95,6 +116,7 @@ type Options struct {
 	// to "may this credential read discovery?" is reused; 0 asks on every
 	// merged discovery request.
 	DiscoveryAuthorizationCacheSeconds int
+	SchemaSkewRouting                  SchemaSkewRouting
 }
 
 // Defaults are the options of a configuration that sets none.
@@ -104,6 +126,7 @@ func Defaults() Options {
 		RetryAfterSeconds:                  DefaultRetryAfterSeconds,
 		IdentityMode:                       DefaultIdentityMode,
 		DiscoveryAuthorizationCacheSeconds: DefaultDiscoveryAuthorizationCacheSeconds,
+		SchemaSkewRouting:                  DefaultSchemaSkewRouting,
 	}
 }
 
@@ -115,6 +138,7 @@ var (
 	errRetryAfterSeconds     = errors.New("must be an integer from 1 to " + strconv.Itoa(MaxRetryAfterSeconds))
 	errAuthorizationCache    = errors.New("must be an integer from 0 to " + strconv.Itoa(MaxDiscoveryAuthorizationCacheSeconds))
 	errIdentityMode          = errors.New(`must be "` + string(IdentityPassthrough) + `" or "` + string(IdentityFrontProxy) + `"`)
+	errSchemaSkewRouting     = errors.New(`must be "` + string(SchemaSkewReadsAndWrites) + `" or "` + string(SchemaSkewWrites) + `"`)
 	errTrustPeerProxied      = errors.New("must be true or false")
 	errRoutingHeaderString   = errors.New("must be a string")
 )
@@ -165,6 +189,14 @@ func CheckIdentityMode(m IdentityMode) error {
 	return nil
 }
 
+// CheckSchemaSkewRouting accepts the two policies.
+func CheckSchemaSkewRouting(r SchemaSkewRouting) error {
+	if r != SchemaSkewReadsAndWrites && r != SchemaSkewWrites {
+		return errSchemaSkewRouting
+	}
+	return nil
+}
+
 // Check reports the first option the plugin would refuse, as the plugin
 // reports it.
 func (o Options) Check() error {
@@ -180,7 +212,16 @@ func (o Options) Check() error {
 	if err := CheckDiscoveryAuthorizationCacheSeconds(int64(o.DiscoveryAuthorizationCacheSeconds)); err != nil {
 		return fieldError(fieldDiscoveryAuthorizationCacheSeconds, err, strconv.Itoa(o.DiscoveryAuthorizationCacheSeconds))
 	}
+	if err := CheckSchemaSkewRouting(o.SchemaSkewRouting); err != nil {
+		return fieldError(fieldSchemaSkewRouting, err, strconv.Quote(string(o.SchemaSkewRouting)))
+	}
 	return nil
+}
+
+// IndexOptions are the options' routing choices as discovery takes them:
+// the plugin and the gateway's retry set index a snapshot with the same.
+func (o Options) IndexOptions() discovery.IndexOptions {
+	return discovery.IndexOptions{SchemaSkewWritesOnly: o.SchemaSkewRouting == SchemaSkewWrites}
 }
 
 func fieldError(field string, rule error, got string) error {
@@ -194,10 +235,12 @@ func (o Options) Marshal(rawSnapshot []byte) ([]byte, error) {
 	if err := o.Check(); err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, 200+len(rawSnapshot))
-	// The routing header is a token and the identity mode one of two
-	// constants: neither needs escaping.
-	b = append(b, `{"`+fieldRoutingHeader+`":"`...)
+	b := make([]byte, 0, 230+len(rawSnapshot))
+	// The version, the routing header (a token), the identity mode and the
+	// schema skew routing (constants) need no escaping.
+	b = append(b, `{"`+discovery.SchemaVersionMember+`":"`...)
+	b = append(b, discovery.CurrentSchema().String()...)
+	b = append(b, `","`+fieldRoutingHeader+`":"`...)
 	b = append(b, o.RoutingHeader...)
 	b = append(b, `","`+fieldRetryAfterSeconds+`":`...)
 	b = strconv.AppendInt(b, int64(o.RetryAfterSeconds), 10)
@@ -207,7 +250,9 @@ func (o Options) Marshal(rawSnapshot []byte) ([]byte, error) {
 	b = append(b, o.IdentityMode...)
 	b = append(b, `","`+fieldDiscoveryAuthorizationCacheSeconds+`":`...)
 	b = strconv.AppendInt(b, int64(o.DiscoveryAuthorizationCacheSeconds), 10)
-	b = append(b, `,"`+fieldSnapshot+`":`...)
+	b = append(b, `,"`+fieldSchemaSkewRouting+`":"`...)
+	b = append(b, o.SchemaSkewRouting...)
+	b = append(b, `","`+fieldSnapshot+`":`...)
 	b = append(b, rawSnapshot...)
 	return append(b, '}'), nil
 }
@@ -216,6 +261,11 @@ func (o Options) Marshal(rawSnapshot []byte) ([]byte, error) {
 type Config struct {
 	Options
 	Snapshot *discovery.Snapshot
+	// Schema is the version the configuration was written for.
+	Schema discovery.SchemaVersion
+	// Ignored names the fields of a newer minor schema version that this
+	// build does not know and ignored, the snapshot's prefixed "snapshot.".
+	Ignored []string
 }
 
 // Parse validates the whole configuration, so that a bad one is rejected with
@@ -225,6 +275,7 @@ func Parse(raw []byte) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg := &Config{Options: opts.Options, Schema: opts.schema.Version, Ignored: opts.ignored}
 	snapRaw := doc.Get(fieldSnapshot)
 	if !snapRaw.IsObject() {
 		return nil, fmt.Errorf("configuration: %s: must be an object, got %s", fieldSnapshot, orMissing(snapRaw))
@@ -233,11 +284,22 @@ func Parse(raw []byte) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	return &Config{Options: opts, Snapshot: snap}, nil
+	cfg.Snapshot = snap
+	for _, name := range snap.Ignored {
+		cfg.Ignored = append(cfg.Ignored, fieldSnapshot+"."+name)
+	}
+	return cfg, nil
 }
 
-func parse(raw []byte) (discovery.JSONValue, Options, error) {
-	opts := Defaults()
+// parsed is what parse reads besides the snapshot.
+type parsed struct {
+	Options
+	schema  discovery.DocumentSchema
+	ignored []string
+}
+
+func parse(raw []byte) (discovery.JSONValue, parsed, error) {
+	opts := parsed{Options: Defaults()}
 	doc, ok := discovery.ParseJSON(raw)
 	if !ok {
 		return doc, opts, errors.New("configuration: not valid JSON")
@@ -245,9 +307,16 @@ func parse(raw []byte) (discovery.JSONValue, Options, error) {
 	if !doc.IsObject() {
 		return doc, opts, errors.New("configuration: must be a JSON object")
 	}
+	schema, err := discovery.ReadDocumentSchema(doc.Get)
+	if err != nil {
+		return doc, opts, fmt.Errorf("configuration: %w", err)
+	}
+	opts.schema = schema
 	for members := doc.Members(); members.Next(); {
 		if name := members.Key().Str(); !IsField(name) {
-			return doc, opts, fmt.Errorf("configuration: unknown field %q", name)
+			if err := schema.UnknownMember(name, &opts.ignored); err != nil {
+				return doc, opts, fmt.Errorf("configuration: %w", err)
+			}
 		}
 	}
 	if v := doc.Get(fieldRoutingHeader); v.Exists() {
@@ -285,6 +354,13 @@ func parse(raw []byte) (discovery.JSONValue, Options, error) {
 			return doc, opts, fieldError(fieldIdentityMode, errIdentityMode, v.Raw())
 		}
 		opts.IdentityMode = mode
+	}
+	if v := doc.Get(fieldSchemaSkewRouting); v.Exists() {
+		routing := SchemaSkewRouting(v.Str())
+		if !v.IsString() || CheckSchemaSkewRouting(routing) != nil {
+			return doc, opts, fieldError(fieldSchemaSkewRouting, errSchemaSkewRouting, v.Raw())
+		}
+		opts.SchemaSkewRouting = routing
 	}
 	return doc, opts, nil
 }

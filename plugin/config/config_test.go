@@ -30,7 +30,8 @@ func TestAConfigurationWithOnlyASnapshotGetsTheDefaults(t *testing.T) {
 	if cfg.Snapshot == nil || cfg.Snapshot.Generation != 1 || len(cfg.Snapshot.Servers) != 3 {
 		t.Errorf("snapshot %+v; want generation 1 with 3 servers", cfg.Snapshot)
 	}
-	want := Options{RoutingHeader: "x-skewgate-upstream", RetryAfterSeconds: 5, IdentityMode: "passthrough", DiscoveryAuthorizationCacheSeconds: 10}
+	want := Options{RoutingHeader: "x-skewgate-upstream", RetryAfterSeconds: 5, IdentityMode: "passthrough", DiscoveryAuthorizationCacheSeconds: 10,
+		SchemaSkewRouting: "reads-and-writes"}
 	if Defaults() != want {
 		t.Errorf("defaults %+v; want %+v", Defaults(), want)
 	}
@@ -40,9 +41,9 @@ func TestAConfigurationWithOnlyASnapshotGetsTheDefaults(t *testing.T) {
 // truncated key must not pass as if the field were absent.
 func TestParseRejectsEveryUnknownFieldByName(t *testing.T) {
 	for _, tt := range []struct{ name, field, want string }{
-		{"misspelt", "retryAfterSecond", `configuration: unknown field "retryAfterSecond"`},
-		{"empty", "", `configuration: unknown field ""`},
-		{"escaped", `r\u00e9try`, `configuration: unknown field "rétry"`},
+		{"misspelt", "retryAfterSecond", `configuration: unknown field "retryAfterSecond" in schema 1.0`},
+		{"empty", "", `configuration: unknown field "" in schema 1.0`},
+		{"escaped", `r\u00e9try`, `configuration: unknown field "rétry" in schema 1.0`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse(withFields(`"` + tt.field + `":1`))
@@ -85,6 +86,10 @@ var badValues = []struct {
 	{"authorization cache over five minutes", `"discoveryAuthorizationCacheSeconds":301`, func(o *Options) { o.DiscoveryAuthorizationCacheSeconds = 301 },
 		"discoveryAuthorizationCacheSeconds: must be an integer from 0 to 300, got 301"},
 	{"trust flag not a boolean", `"trustPeerProxiedHeader":"yes"`, nil, `configuration: trustPeerProxiedHeader: must be true or false, got "yes"`},
+	{"unknown schema skew routing", `"schemaSkewRouting":"reads"`, func(o *Options) { o.SchemaSkewRouting = "reads" },
+		`configuration: schemaSkewRouting: must be "reads-and-writes" or "writes", got "reads"`},
+	{"empty schema skew routing", `"schemaSkewRouting":""`, func(o *Options) { o.SchemaSkewRouting = "" }, `schemaSkewRouting: must be "reads-and-writes" or "writes", got ""`},
+	{"schema skew routing not a string", `"schemaSkewRouting":false`, nil, `schemaSkewRouting: must be "reads-and-writes" or "writes", got false`},
 }
 
 func TestParseRejectsEveryBadValueNamingTheField(t *testing.T) {
@@ -123,8 +128,8 @@ func TestMarshalledOptionsParseBackToThemselves(t *testing.T) {
 	for _, opts := range []Options{
 		Defaults(),
 		{RoutingHeader: "x-a!#$%&'*+-.^_`|~9", RetryAfterSeconds: MaxRetryAfterSeconds, TrustPeerProxiedHeader: true,
-			IdentityMode: IdentityFrontProxy, DiscoveryAuthorizationCacheSeconds: MaxDiscoveryAuthorizationCacheSeconds},
-		{RoutingHeader: "x", RetryAfterSeconds: 1, IdentityMode: IdentityPassthrough},
+			IdentityMode: IdentityFrontProxy, DiscoveryAuthorizationCacheSeconds: MaxDiscoveryAuthorizationCacheSeconds, SchemaSkewRouting: SchemaSkewWrites},
+		{RoutingHeader: "x", RetryAfterSeconds: 1, IdentityMode: IdentityPassthrough, SchemaSkewRouting: SchemaSkewReadsAndWrites},
 	} {
 		t.Run(opts.RoutingHeader, func(t *testing.T) {
 			raw, err := opts.Marshal([]byte(snapshot))

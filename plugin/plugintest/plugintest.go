@@ -26,6 +26,11 @@ const (
 	testSubject     = `CN=alice\2C jr,O=dev,O=system:masters`
 	testDigest      = "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8"
 	rejectedCounter = "skewgate_rejected_configurations_total"
+	// schemaRejectionsCounter counts, among the rejected, configurations of a
+	// schema the plugin cannot honour; ignoredFieldsCounter the fields of a
+	// newer minor schema it ignored in configurations it accepted.
+	schemaRejectionsCounter = "skewgate_configuration_schema_rejections_total"
+	ignoredFieldsCounter    = "skewgate_configuration_ignored_fields_total"
 )
 
 // Harness starts the plugin on one host.
@@ -231,7 +236,11 @@ var cases = []struct {
 	{"DiscoveryAuthorizationWithoutAnswerGives503AndIsAskedAgain", discoveryAuthorizationWithoutAnswerGives503AndIsAskedAgain},
 	{"FrontProxyDiscoveryAuthorizationCarriesTheAssertedIdentity", frontProxyDiscoveryAuthorizationCarriesTheAssertedIdentity},
 	{"DiscoveryAuthorizationAsksThePreferredServer", discoveryAuthorizationAsksThePreferredServer},
+	{"FieldSelectorOnlySomeServersAcceptIsReroutedToThemAndMarked", fieldSelectorOnlySomeServersAcceptIsReroutedToThemAndMarked},
+	{"FieldSelectorAcceptedOnlyByDownServersGives503", fieldSelectorAcceptedOnlyByDownServersGives503},
+	{"KindWhoseSchemasDifferGoesToServersLackingNothing", kindWhoseSchemasDifferGoesToServersLackingNothing},
 	{"InvalidConfigurationIsRejectedWithOneClearLogLine", invalidConfigurationIsRejectedWithOneClearLogLine},
+	{"ConfigurationOfANewerMinorSchemaIsAcceptedWithItsNewFieldsIgnoredAndCounted", configurationOfANewerMinorSchemaIsAcceptedWithItsNewFieldsIgnoredAndCounted},
 	{"GenerationGaugeFollowsConfiguration", generationGaugeFollowsConfiguration},
 }
 
@@ -297,6 +306,98 @@ func clientNeverChoosesBackendOrDisablesRerouting(t *testing.T, h Harness) {
 		if v, ok := res.Header(name); ok {
 			t.Errorf("inbound %s: %q survived", name, v)
 		}
+	}
+}
+
+// KubeletPodList is the kubelet's list of its node's pods, with the field
+// selector escaped as client-go escapes it.
+const KubeletPodList = "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-1&limit=500&resourceVersion=0"
+
+func fieldSelectorOnlySomeServersAcceptIsReroutedToThemAndMarked(t *testing.T, h Harness) {
+	p := start(t, h, StartOptions{Config: Config(t, 1, nil, discoverytest.WithFieldSkew(discoverytest.SkewedControlPlane()))})
+	seen := map[string]int{}
+	for _, path := range []string{
+		KubeletPodList,
+		"/api/v1/pods?watch=true&fieldSelector=spec.nodeName%3Dnode-1",
+		"/api/v1/watch/namespaces/ns/pods?fieldSelector=metadata.namespace%3Dns,spec.nodeName%21%3Dnode-2",
+		"/api/v1/namespaces/ns/pods?fieldSelector=spec%2EnodeName=node-1",
+	} {
+		res := p.Request("GET", path, [2]string{PeerProxied, "false"})
+		cluster, _ := res.Header(RoutingHeader)
+		seen[cluster]++
+		if got := res.Values(PeerProxied); !slices.Equal(got, []string{"true"}) {
+			t.Errorf("%s: peer-proxied values %q; want exactly [true]", path, got)
+		}
+	}
+	if seen["kube-b"] != 2 || seen["kube-c"] != 2 {
+		t.Errorf("re-routed to %v; want an even split over kube-b and kube-c, which accept spec.nodeName", seen)
+	}
+	for _, path := range []string{
+		"/api/v1/pods?fieldSelector=metadata.name%3Dp",                 // every server accepts it
+		"/api/v1/pods?fieldSelector=spec.nodeName",                     // upstream rejects it: any server says so
+		"/api/v1/pods?fieldSelector=status.podIP%3D10.0.0.1",           // no server accepts it
+		"/api/v1/namespaces/ns/pods/p?fieldSelector=spec.nodeName%3Dn", // a get reads no selector
+		"/api/v1/pods?labelSelector=spec.nodeName%3Dn",
+	} {
+		res := p.Request("GET", path)
+		if v, ok := res.Header(RoutingHeader); !res.Forwarded || ok {
+			t.Errorf("%s: forwarded %v, routed to %q; want the gateway's own balancing", path, res.Forwarded, v)
+		}
+	}
+	if got := p.Counter("skewgate_rerouted_requests_total"); got != 4 {
+		t.Errorf("rerouted counter %d; want 4", got)
+	}
+}
+
+func fieldSelectorAcceptedOnlyByDownServersGives503(t *testing.T, h Harness) {
+	servers := discoverytest.WithFieldSkew(discoverytest.SkewedControlPlane())
+	servers[1].Healthy, servers[2].Healthy = false, false
+	p := start(t, h, StartOptions{Config: Config(t, 1, map[string]any{"retryAfterSeconds": 3}, servers)})
+	res := p.Request("GET", KubeletPodList)
+	if res.Forwarded || res.Local == nil || res.Local.Status != 503 || res.Local.Header("retry-after") != "3" {
+		t.Fatalf("forwarded %v, local %+v; want 503 with Retry-After 3", res.Forwarded, res.Local)
+	}
+	if !strings.Contains(string(res.Local.Body), `"reason":"ServiceUnavailable"`) || !strings.Contains(string(res.Local.Body), "pods") {
+		t.Errorf("body %s; want a ServiceUnavailable Status naming pods", res.Local.Body)
+	}
+	// What kube-a accepts stays with it.
+	if res := p.Request("GET", "/api/v1/pods?fieldSelector=metadata.name%3Dp"); !res.Forwarded {
+		t.Errorf("a selector the healthy server accepts was not forwarded: %+v", res.Local)
+	}
+}
+
+func kindWhoseSchemasDifferGoesToServersLackingNothing(t *testing.T, h Harness) {
+	servers := discoverytest.WithFieldSkew(discoverytest.SkewedControlPlane())
+	const deployments = "/apis/apps/v1/namespaces/ns/deployments"
+	requests := []struct {
+		method, path string
+		write        bool
+	}{
+		{"POST", deployments, true},
+		{"PUT", deployments + "/web", true},
+		{"PATCH", deployments + "/web?fieldManager=kubectl&force=true", true},
+		{"PUT", deployments + "/web/status", true},
+		{"DELETE", deployments + "/web", true},
+		{"GET", deployments + "/web", false},
+		{"GET", deployments + "?watch=true", false},
+	}
+	for _, routing := range []string{"reads-and-writes", "writes"} {
+		t.Run(routing, func(t *testing.T) {
+			p := start(t, h, StartOptions{Config: Config(t, 1, map[string]any{"schemaSkewRouting": routing}, servers)})
+			for _, r := range requests {
+				res := p.Request(r.method, r.path)
+				cluster, _ := res.Header(RoutingHeader)
+				narrowed := r.write || routing == "reads-and-writes"
+				switch {
+				case narrowed && cluster != "kube-b" && cluster != "kube-c":
+					t.Errorf("%s %s: routed to %q; want kube-b or kube-c, whose deployments lack no field", r.method, r.path, cluster)
+				case narrowed && !slices.Equal(res.Values(PeerProxied), []string{"true"}):
+					t.Errorf("%s %s: not marked peer-proxied", r.method, r.path)
+				case !narrowed && cluster != "":
+					t.Errorf("%s %s: routed to %q; want reads left to the gateway", r.method, r.path, cluster)
+				}
+			}
+		})
 	}
 }
 
@@ -562,11 +663,61 @@ func invalidConfigurations(t *testing.T) []struct{ name, config, want string } {
 		{"no snapshot", `{}`, "snapshot: must be an object"},
 		{"zero generation", withSnapshot(func(s *discovery.Snapshot) { s.Generation = 0 }), "generation"},
 		{"broken server", withSnapshot(func(s *discovery.Snapshot) { s.Servers[1].Cluster = "kube b" }), "servers[1] (apiserver-bbb): cluster"},
+		{"unknown field of this schema", with(`"schemaVersion":"` + discovery.CurrentSchema().String() + `","readPolicy":"all",`), "readPolicy"},
+	}
+}
+
+// schemaRefusals are configurations of a schema the plugin cannot honour,
+// with the text the rejection must name.
+func schemaRefusals(t *testing.T) []struct{ name, config, want string } {
+	valid := string(Config(t, 1, nil, discoverytest.SkewedControlPlane()))
+	with := func(prefix string) string { return strings.Replace(valid, `{"snapshot"`, `{`+prefix+`"snapshot"`, 1) }
+	next := nextMinorSchema().String()
+	return []struct{ name, config, want string }{
+		{"another major", with(`"schemaVersion":"2.0",`), "schemaVersion: 2.0: this reader implements schema"},
+		{"needs a newer minor", with(`"schemaVersion":"` + next + `","requiresSchemaVersion":"` + next + `",`),
+			"requiresSchemaVersion: " + next + ": the document needs a reader of schema " + next + " or later"},
+	}
+}
+
+func nextMinorSchema() discovery.SchemaVersion {
+	return discovery.SchemaVersion{Major: discovery.SchemaMajor, Minor: discovery.SchemaMinor + 1}
+}
+
+// NewerMinorConfig is the configuration of Config from a controller one minor
+// schema version ahead: both documents declare that version and carry a
+// member the plugin does not know, and the second server another.
+func NewerMinorConfig(t testing.TB, generation uint64, servers []discoverytest.Server) []byte {
+	t.Helper()
+	next := nextMinorSchema().String()
+	current := `"schemaVersion":"` + discovery.CurrentSchema().String() + `"`
+	snap := string(discoverytest.SnapshotJSON(generation, servers))
+	if !strings.HasPrefix(snap, "{"+current+",") {
+		t.Fatalf("the snapshot does not lead with its version: %.60s", snap)
+	}
+	snap = `{"schemaVersion":"` + next + `","shards":2,` + snap[len(current)+2:]
+	second := `{"id":"` + servers[1].ID + `",`
+	snap = strings.Replace(snap, second, second+`"weight":3,`, 1)
+	return []byte(`{"schemaVersion":"` + next + `","futureOption":true,"snapshot":` + snap + `}`)
+}
+
+func configurationOfANewerMinorSchemaIsAcceptedWithItsNewFieldsIgnoredAndCounted(t *testing.T, h Harness) {
+	p := start(t, h, StartOptions{Config: NewerMinorConfig(t, 1, discoverytest.SkewedControlPlane())})
+	if got := p.Counter(ignoredFieldsCounter); got != 3 {
+		t.Errorf("ignored-fields counter %d; want 3 (futureOption, snapshot.shards, snapshot.servers[].weight)", got)
+	}
+	// It routes as the configuration without them does.
+	res := p.Request("GET", "/apis/coordination.k8s.io/v1alpha2/namespaces/kube-system/leasecandidates")
+	if cluster, _ := res.Header(RoutingHeader); cluster != "kube-c" {
+		t.Errorf("alpha API routed to %q; want kube-c, its only server", cluster)
+	}
+	if got := p.Request("GET", "/api/v1/pods").Forwarded; !got {
+		t.Error("a request every server serves was not forwarded")
 	}
 }
 
 func invalidConfigurationIsRejectedWithOneClearLogLine(t *testing.T, h Harness) {
-	for _, c := range invalidConfigurations(t) {
+	for _, c := range append(invalidConfigurations(t), schemaRefusals(t)...) {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := h.Start(t, StartOptions{Config: []byte(c.config)})
 			if err == nil || !strings.Contains(err.Error(), "configuration rejected") || !strings.Contains(err.Error(), c.want) {
@@ -606,7 +757,8 @@ func reconfigurationSwitchesSnapshotsAndRejectionKeepsThePrevious(t *testing.T, 
 	if v := p.Gauge("skewgate_snapshot_generation"); v != 2 {
 		t.Errorf("generation gauge %d; want 2", v)
 	}
-	for _, c := range invalidConfigurations(t) {
+	refused := append(invalidConfigurations(t), schemaRefusals(t)...)
+	for _, c := range refused {
 		if err := r.Reconfigure([]byte(c.config)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: reconfiguration error %v; want one naming %q", c.name, err, c.want)
 		}
@@ -617,7 +769,13 @@ func reconfigurationSwitchesSnapshotsAndRejectionKeepsThePrevious(t *testing.T, 
 	if v := p.Gauge("skewgate_snapshot_generation"); v != 2 {
 		t.Errorf("generation gauge %d after rejected updates; want 2", v)
 	}
-	if got := p.Counter(rejectedCounter); got != uint64(len(invalidConfigurations(t))) {
-		t.Errorf("rejected counter %d; want %d", got, len(invalidConfigurations(t)))
+	if got := p.Counter(rejectedCounter); got != uint64(len(refused)) {
+		t.Errorf("rejected counter %d; want %d", got, len(refused))
+	}
+	if got := p.Counter(schemaRejectionsCounter); got != uint64(len(schemaRefusals(t))) {
+		t.Errorf("schema rejections counter %d; want %d", got, len(schemaRefusals(t)))
+	}
+	if got := p.Counter(ignoredFieldsCounter); got != 0 {
+		t.Errorf("ignored-fields counter %d; want 0: no configuration had fields of a newer schema", got)
 	}
 }

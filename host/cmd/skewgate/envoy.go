@@ -23,7 +23,7 @@ import (
 func runEnvoyConfig(args []string, stdout, stderr io.Writer) error {
 	var spec envoyconfig.Spec
 	var apiServers []string
-	var identityMode, ecdsFile, snapshotFile, xdsAddress string
+	var identityMode, schemaSkewRouting, ecdsFile, snapshotFile, xdsAddress string
 	var xds envoyconfig.XDSSource
 	var ecdsResource bool
 	var port, adminPort uint
@@ -45,6 +45,8 @@ func runEnvoyConfig(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&spec.FrontProxyCertPath, "proxy-client-cert-file", "", "front-proxy client certificate Envoy presents (front-proxy mode)")
 	fs.StringVar(&spec.FrontProxyKeyPath, "proxy-client-key-file", "", "the front-proxy client certificate's private key")
 	fs.StringVar(&identityMode, "identity-mode", string(config.DefaultIdentityMode), "passthrough or front-proxy")
+	fs.StringVar(&schemaSkewRouting, "schema-skew-routing", string(config.DefaultSchemaSkewRouting), "with --snapshot: "+string(config.SchemaSkewReadsAndWrites)+" or "+string(config.SchemaSkewWrites)+
+		", as skewgate serve's flag (which sets it for the configurations serve delivers)")
 	fs.StringVar(&spec.WasmPath, "wasm", "", "plugin module path Envoy loads")
 	fs.StringVar(&ecdsFile, "envoy-ecds-file", "", "deliver the plugin through this file-based ECDS resource")
 	fs.StringVar(&snapshotFile, "snapshot", "", "snapshot JSON (skewgate's /debug/snapshot) to configure the plugin inline")
@@ -71,6 +73,12 @@ func runEnvoyConfig(args []string, stdout, stderr io.Writer) error {
 	}
 	if ecdsResource && snapshotFile == "" {
 		return errors.New("--ecds-resource needs --snapshot")
+	}
+	if err := config.CheckSchemaSkewRouting(config.SchemaSkewRouting(schemaSkewRouting)); err != nil {
+		return fmt.Errorf("--schema-skew-routing %q: %w", schemaSkewRouting, err)
+	}
+	if fs.Changed("schema-skew-routing") && snapshotFile == "" {
+		return errors.New("--schema-skew-routing needs --snapshot: otherwise skewgate serve writes the plugin configuration, with its own --schema-skew-routing")
 	}
 	if port > 65535 || adminPort > 65535 {
 		return errors.New("--secure-port and --admin-port must be at most 65535")
@@ -102,6 +110,7 @@ func runEnvoyConfig(args []string, stdout, stderr io.Writer) error {
 		generation = snap.Generation
 		opts := config.Defaults()
 		opts.IdentityMode = spec.IdentityMode
+		opts.SchemaSkewRouting = config.SchemaSkewRouting(schemaSkewRouting)
 		if pluginConfig, err = opts.Marshal(raw); err != nil {
 			return err
 		}

@@ -195,7 +195,10 @@ func TestEnvoyConfigNamesClustersAsTheControllerDoes(t *testing.T) {
 		{"inline plugin configuration", []string{"--snapshot", snapshot}, 0,
 			[]string{"apiserver-10-0-0-12-6443", "/etc/skewgate/skewgate.wasm", "deployments"}},
 		{"ECDS resource", []string{"--snapshot", snapshot, "--ecds-resource"}, 0,
-			[]string{"version_info: '7'", "envoy.config.core.v3.TypedExtensionConfig"}},
+			[]string{"version_info: '7'", "envoy.config.core.v3.TypedExtensionConfig", `"schemaSkewRouting":"reads-and-writes"`}},
+		{"ECDS resource routing only writes by schema", []string{"--snapshot", snapshot, "--ecds-resource", "--schema-skew-routing", "writes"}, 0,
+			[]string{`"schemaSkewRouting":"writes"`}},
+		{"schema skew routing without a snapshot", []string{"--envoy-ecds-file", "/etc/skewgate/ecds/skewgate.yaml", "--schema-skew-routing", "writes"}, 1, nil},
 		{"xDS bootstrap", []string{"--xds-address", "skewgate.kube-system.svc:18000", "--xds-ca-file", "/etc/skewgate/xds/ca.crt",
 			"--xds-client-cert-file", "/etc/skewgate/xds/envoy.crt", "--xds-client-key-file", "/etc/skewgate/xds/envoy.key"}, 0,
 			[]string{"apiserver-10-0-0-12-6443", "skewgate_xds", "skewgate.kube-system.svc", "/etc/skewgate/xds/envoy.crt", "config_discovery"}},
@@ -273,6 +276,7 @@ func TestServeRefusesEveryBadFlagValueAtStartNamingTheFlag(t *testing.T) {
 		{"peer-proxied header as routing header", []string{"--routing-header=x-kubernetes-peer-proxied"}, 1, `--routing-header "x-kubernetes-peer-proxied": reserved by the plugin`},
 		{"misspelt identity mode", []string{"--identity-mode=frontproxy"}, 1, `--identity-mode "frontproxy": must be "passthrough" or "front-proxy"`},
 		{"upper-case identity mode", []string{"--identity-mode=Passthrough"}, 1, `--identity-mode "Passthrough": must be "passthrough" or "front-proxy"`},
+		{"misspelt schema skew routing", []string{"--schema-skew-routing=reads"}, 1, `--schema-skew-routing "reads": must be "reads-and-writes" or "writes"`},
 		{"front-proxy without its certificate", []string{"--identity-mode=front-proxy", "--client-ca-file=ca"}, 1, "--identity-mode=front-proxy needs --proxy-client-cert-file and --proxy-client-key-file"},
 		{"front-proxy without a client CA", []string{"--identity-mode=front-proxy", "--proxy-client-cert-file=p", "--proxy-client-key-file=k"}, 1, "--identity-mode=front-proxy needs --client-ca-file"},
 		{"no controller credentials", []string{"--kubeconfig="}, 1, "no credentials for the API servers: give --proxy-client-cert-file and --proxy-client-key-file, or --kubeconfig"},
@@ -326,6 +330,7 @@ func TestEnvoyConfigRefusesBadFlagValuesNamingTheFlag(t *testing.T) {
 		want string
 	}{
 		{"misspelt identity mode", []string{"--apiserver", "https://10.0.0.11:6443", "--identity-mode", "frontproxy"}, `--identity-mode "frontproxy": must be "passthrough" or "front-proxy"`},
+		{"misspelt schema skew routing", []string{"--apiserver", "https://10.0.0.11:6443", "--schema-skew-routing", "write"}, `--schema-skew-routing "write": must be "reads-and-writes" or "writes"`},
 		{"plain-http API server", []string{"--apiserver", "http://10.0.0.11:6443"}, `--apiserver "http://10.0.0.11:6443": must be an https:// URL`},
 		{"API server with a fragment", []string{"--apiserver", "https://10.0.0.11:6443#x"}, `--apiserver "https://10.0.0.11:6443#x": must be https://host:port with nothing after the port`},
 		{"API server on an unspecified address", []string{"--apiserver", "https://0.0.0.0:6443"}, `--apiserver "https://0.0.0.0:6443": 0.0.0.0 is not a unicast address`},

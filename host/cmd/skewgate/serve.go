@@ -51,6 +51,8 @@ func runServe(args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.RoutingHeader, "routing-header", config.DefaultRoutingHeader, "internal header carrying the chosen upstream (a lower-case header name the plugin does not own)")
 	fs.IntVar(&cfg.RetryAfterSeconds, "retry-after-seconds", config.DefaultRetryAfterSeconds, "Retry-After announced with the gateway's 503 and 429 answers (1 to "+strconv.Itoa(config.MaxRetryAfterSeconds)+")")
 	fs.DurationVar(&cfg.DiscoveryAuthorizationCache, "discovery-authorization-cache", serve.DefaultDiscoveryAuthorizationCache, "how long an API server's answer to whether a credential may read merged discovery is reused (whole seconds, at most "+serve.MaxDiscoveryAuthorizationCache.String()+")")
+	fs.StringVar(&cfg.SchemaSkewRouting, "schema-skew-routing", string(config.DefaultSchemaSkewRouting), "which requests for a resource whose schema lacks fields on some API servers go only to the servers whose schema has them all: "+
+		string(config.SchemaSkewReadsAndWrites)+" (every request: a client that updates what it read through a server lacking a field would clear it) or "+string(config.SchemaSkewWrites)+" (creates, updates, patches and deletes; reads spread over every server)")
 	fs.DurationVar(&cfg.PollInterval, "poll-interval", controller.DefaultPollInterval, "how often every API server's discovery documents are refreshed")
 	fs.DurationVar(&cfg.ReadinessInterval, "readiness-interval", controller.DefaultReadinessInterval, "how often every API server's /readyz is probed between polls (at most --poll-interval)")
 	fs.DurationVar(&cfg.GracePeriod, "grace-period", controller.DefaultGracePeriod, "how long an unreachable API server stays in discovery")

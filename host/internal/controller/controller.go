@@ -44,6 +44,14 @@ type Controller struct {
 	// buffer the next one is encoded into.
 	lastContent, spareContent []byte
 	pending                   *Published
+	// schemas are the servers' reduced OpenAPI v3 documents; labelTables
+	// the built-in resources' field-selector labels per minor version.
+	schemas     *schemas
+	labelTables []labelTable
+	// fieldKnowledge is the last computeFieldKnowledge, of the servers
+	// whose key is fieldKeyLast; fieldKey is where the next key is built.
+	fieldKnowledge         []fieldKnowledge
+	fieldKey, fieldKeyLast []byte
 	// unpublishable is set when lastContent could not become a snapshot (no
 	// server, or invalid), so the current snapshot is behind.
 	unpublishable bool
@@ -119,15 +127,21 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
+	tables, err := builtinLabelTables()
+	if err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
 	c := &Controller{
-		opts:    o,
-		log:     o.Logger,
-		fetcher: &fetcher{timeout: o.RequestTimeout, maxBytes: o.MaxResponseBytes},
-		static:  static,
-		local:   local,
-		metrics: newMetrics(),
-		notices: newNotices(o.Logger),
-		servers: map[string]*serverState{},
+		opts:        o,
+		log:         o.Logger,
+		fetcher:     &fetcher{timeout: o.RequestTimeout, maxBytes: o.MaxResponseBytes},
+		static:      static,
+		local:       local,
+		metrics:     newMetrics(),
+		notices:     newNotices(o.Logger),
+		servers:     map[string]*serverState{},
+		schemas:     newSchemas(),
+		labelTables: tables,
 	}
 	c.fetcher.client.Store(client)
 	o.PeerCA.OnChange(c.renewClient)
@@ -171,6 +185,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		return errors.New("controller: Run called twice")
 	}
 	defer func() { c.fetcher.client.Load().http.CloseIdleConnections() }()
+	// Runs before the deferred close above: the fetches use ctx, which is
+	// done when Run returns.
+	defer c.schemas.running.Wait()
 	if c.cluster != nil {
 		defer c.cluster.stop()
 		if err := c.cluster.start(ctx); err != nil {
@@ -209,7 +226,9 @@ func (c *Controller) poll(ctx context.Context, full bool) {
 	}
 	now := time.Now()
 	c.expireUnhealthy(now)
-	c.publish(ctx, now)
+	states := c.snapshotServers()
+	c.updateSchemas(ctx, now, states)
+	c.publish(ctx, now, states)
 	if full {
 		c.notices.endRound()
 	}
@@ -462,10 +481,9 @@ func (c *Controller) expireUnhealthy(now time.Time) {
 	}
 }
 
-// publish builds the snapshot and hands it over when it changed, or when the
-// previous hand-over failed.
-func (c *Controller) publish(ctx context.Context, now time.Time) {
-	states := c.snapshotServers()
+// publish builds the snapshot of the servers (snapshotServers) and hands it
+// over when it changed, or when the previous hand-over failed.
+func (c *Controller) publish(ctx context.Context, now time.Time, states []*serverState) {
 	if unnumbered := c.unnumbered(states); c.changed(unnumbered) {
 		c.pending = c.build(states, unnumbered)
 		c.unpublishable = c.pending == nil
@@ -493,8 +511,10 @@ func (c *Controller) publish(ctx context.Context, now time.Time) {
 // changed.
 func (c *Controller) unnumbered(states []*serverState) *discovery.Snapshot {
 	snap := &discovery.Snapshot{Generation: 1, Servers: make([]discovery.Server, len(states))}
+	fields := c.fieldKnowledgeFor(states)
 	for i, s := range states {
 		snap.Servers[i] = s.snapshotServer()
+		snap.Servers[i].FieldSelectors, snap.Servers[i].MissingFields = fields[i].selectors, fields[i].missing
 		if s.address == c.local {
 			// Until the local server has documents it is not in the snapshot,
 			// and requests are balanced over the others.

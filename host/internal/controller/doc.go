@@ -20,6 +20,19 @@
 // then. A server leaves the snapshot once it has been unhealthy, or absent
 // from discovery, for longer than the grace period.
 //
+// Field-level knowledge (the snapshot's fieldSelectors and missingFields)
+// comes from two places. The field-selector labels of built-in resources are
+// those `make fixtures` probed on real servers of each captured minor
+// version (package fixtures/fieldselectors), chosen by the server's
+// /version. Everything else comes from the servers' own OpenAPI v3
+// documents: for every group version that servers publish with different
+// hashes, each distinct document is fetched once, in the background, reduced
+// to its kinds' field paths and selectable fields (package schemafields) and
+// dropped; the reductions are kept by hash while some server publishes it.
+// The selectable fields a server publishes for a custom resource
+// (x-kubernetes-selectable-fields) are the ones it honours: kube-apiserver
+// writes them only while its CustomResourceFieldSelectors gate is on.
+//
 // A new snapshot, with the next generation number, is built only when
 // something in it changed, validated with discovery.ParseSnapshot and handed to
 // Options.OnSnapshot; a failed hand-over is retried on every poll.

@@ -74,10 +74,13 @@ type fakeAPIServer struct {
 	// rotated, once set, is the serving certificate of new connections.
 	rotated atomic.Pointer[tls.Certificate]
 
-	mu           sync.Mutex
-	ready        bool
-	version      string
-	docs         map[string]fakeDocument
+	mu      sync.Mutex
+	ready   bool
+	version string
+	docs    map[string]fakeDocument
+	// schemas are the OpenAPI v3 group-version documents by index path
+	// ("apis/apps/v1"); a path without one gets a document with no kinds.
+	schemas      map[string][]byte
 	requests     map[string]int
 	notModified  map[string]int
 	failedReadyz int
@@ -123,6 +126,7 @@ func newFakeAPIServer(t *testing.T, pki *testPKI, version string, groups map[str
 			pathCore:    aggregatedDocument(groups, true),
 			pathOpenAPI: openAPIIndexDocument(version, groups),
 		},
+		schemas:     map[string][]byte{},
 		requests:    map[string]int{},
 		notModified: map[string]int{},
 		lastHeaders: map[string]http.Header{},
@@ -215,8 +219,45 @@ func (f *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(doc.status)
 		w.Write(doc.body)
 	default:
-		http.NotFound(w, r)
+		f.serveSchema(w, r)
 	}
+}
+
+// serveSchema answers GET /openapi/v3/<path>?hash=<hash> when the index lists
+// that path with that hash, as kube-apiserver does.
+func (f *fakeAPIServer) serveSchema(w http.ResponseWriter, r *http.Request) {
+	path, ok := strings.CutPrefix(r.URL.Path, pathOpenAPI+"/")
+	index, err := discovery.ParseOpenAPIIndex(f.docs[pathOpenAPI].body)
+	if !ok || err != nil || !slices.Contains(index, discovery.OpenAPIPath{Path: path, Hash: r.URL.Query().Get("hash")}) {
+		http.NotFound(w, r)
+		return
+	}
+	body, ok := f.schemas[path]
+	if !ok {
+		body = []byte(`{"openapi":"3.0.0","components":{"schemas":{}}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(body)
+}
+
+// setSchema makes the server publish doc as its OpenAPI v3 document of path,
+// with a hash of its own in the index.
+func (f *fakeAPIServer) setSchema(path string, doc []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.schemas[path] = doc
+	index, err := discovery.ParseOpenAPIIndex(f.docs[pathOpenAPI].body)
+	if err != nil {
+		panic(err)
+	}
+	hashes := map[string]string{path: strings.Trim(etagOf(doc), `"`)}
+	for _, p := range index {
+		if p.Path != path {
+			hashes[p.Path] = p.Hash
+		}
+	}
+	body := discoverytest.OpenAPIIndexJSON(hashes)
+	f.docs[pathOpenAPI] = fakeDocument{status: http.StatusOK, contentType: "application/json", body: body, etag: etagOf(body)}
 }
 
 func (f *fakeAPIServer) authenticated(r *http.Request) bool {

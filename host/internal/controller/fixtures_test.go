@@ -75,7 +75,7 @@ func capturedServers(b *testing.B) []*serverState {
 // nothing changed: encode the servers and compare with the last snapshot.
 func BenchmarkUnchangedPoll(b *testing.B) {
 	servers := capturedServers(b)
-	c := &Controller{}
+	c := &Controller{schemas: newSchemas()}
 	if !c.changed(c.unnumbered(servers)) {
 		b.Fatal("the first snapshot is no change")
 	}
@@ -91,7 +91,7 @@ func BenchmarkUnchangedPoll(b *testing.B) {
 // BenchmarkNewSnapshot is the cost of a change: encode, number and validate.
 func BenchmarkNewSnapshot(b *testing.B) {
 	servers := capturedServers(b)
-	c := &Controller{log: discardLogger(), metrics: newMetrics()}
+	c := &Controller{log: discardLogger(), metrics: newMetrics(), schemas: newSchemas()}
 	b.SetBytes(int64(len(c.unnumbered(servers).AppendJSON(nil))))
 	b.ReportAllocs()
 	for b.Loop() {

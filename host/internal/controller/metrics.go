@@ -18,6 +18,12 @@ type metrics struct {
 	lastSuccess      prometheus.Gauge
 	// frontProxyIsUser is the outcome of the front-proxy certificate check.
 	frontProxyIsUser prometheus.Gauge
+	// The OpenAPI v3 documents fetched for the field comparison.
+	schemaFetches     prometheus.Counter
+	schemaBytes       prometheus.Counter
+	schemaFetchErrors *prometheus.CounterVec
+	schemaDocuments   prometheus.Gauge
+	schemaFieldPaths  prometheus.Gauge
 
 	all []prometheus.Collector
 }
@@ -48,9 +54,26 @@ func newMetrics() *metrics {
 			"End of the last poll after which at least one server was healthy and the published snapshot was up to date."),
 		frontProxyIsUser: gauge("skewgate_controller_front_proxy_certificate_authenticates",
 			"1 when an API server authenticated the front-proxy client certificate alone, without X-Remote-User, as a user: its --client-ca-file trusts it."),
+		schemaFetches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "skewgate_controller_openapi_documents_fetched_total",
+			Help: "OpenAPI v3 group-version documents fetched and reduced to field paths: those of a group version whose hash differs between servers, once per hash.",
+		}),
+		schemaBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "skewgate_controller_openapi_document_bytes_total",
+			Help: "Bytes of the OpenAPI v3 documents fetched; each is dropped once reduced.",
+		}),
+		schemaFetchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_controller_openapi_document_errors_total",
+			Help: "OpenAPI v3 group-version documents that could not be fetched or read, by reason; retried on later polls.",
+		}, []string{"reason"}),
+		schemaDocuments: gauge("skewgate_controller_openapi_documents",
+			"Reduced OpenAPI v3 documents held: one per hash of a group version whose hash differs between servers."),
+		schemaFieldPaths: gauge("skewgate_controller_openapi_field_paths",
+			"Field paths held by the reduced OpenAPI v3 documents, over all their kinds."),
 	}
 	m.all = []prometheus.Collector{m.fetchErrors, m.publishErrors, m.invalidSnapshots, m.generation, m.snapshotServers,
-		m.serversKnown, m.serversHealthy, m.lastSuccess, m.frontProxyIsUser}
+		m.serversKnown, m.serversHealthy, m.lastSuccess, m.frontProxyIsUser,
+		m.schemaFetches, m.schemaBytes, m.schemaFetchErrors, m.schemaDocuments, m.schemaFieldPaths}
 	return m
 }
 
@@ -65,6 +88,20 @@ func (m *metrics) forgetServer(address string) {
 }
 
 func (m *metrics) publishError() { m.publishErrors.Inc() }
+
+func (m *metrics) schemaFetched(bytes int) {
+	m.schemaFetches.Inc()
+	m.schemaBytes.Add(float64(bytes))
+}
+
+func (m *metrics) schemaFetchError(err *fetchError) {
+	m.schemaFetchErrors.WithLabelValues(err.reason).Inc()
+}
+
+func (m *metrics) schemasCached(documents, fieldPaths int) {
+	m.schemaDocuments.Set(float64(documents))
+	m.schemaFieldPaths.Set(float64(fieldPaths))
+}
 
 func (m *metrics) invalidSnapshot() { m.invalidSnapshots.Inc() }
 

@@ -26,6 +26,10 @@ func TestCollectorExposesEveryMetric(t *testing.T) {
 	m.servers(3, 2)
 	m.pollSucceeded(time.UnixMilli(1767225600123))
 	m.frontProxyCertificateIsUser(true)
+	m.schemaFetched(1000)
+	m.schemaFetched(24)
+	m.schemaFetchError(&fetchError{pathOpenAPIDocument, reasonStatus, failure})
+	m.schemasCached(2, 4373)
 
 	want := `# HELP skewgate_controller_fetch_errors_total Failed requests to API servers, by server address, path and reason.
 # TYPE skewgate_controller_fetch_errors_total counter
@@ -56,6 +60,21 @@ skewgate_controller_last_successful_poll_timestamp_seconds 1767225600.123
 # HELP skewgate_controller_front_proxy_certificate_authenticates 1 when an API server authenticated the front-proxy client certificate alone, without X-Remote-User, as a user: its --client-ca-file trusts it.
 # TYPE skewgate_controller_front_proxy_certificate_authenticates gauge
 skewgate_controller_front_proxy_certificate_authenticates 1
+# HELP skewgate_controller_openapi_documents_fetched_total OpenAPI v3 group-version documents fetched and reduced to field paths: those of a group version whose hash differs between servers, once per hash.
+# TYPE skewgate_controller_openapi_documents_fetched_total counter
+skewgate_controller_openapi_documents_fetched_total 2
+# HELP skewgate_controller_openapi_document_bytes_total Bytes of the OpenAPI v3 documents fetched; each is dropped once reduced.
+# TYPE skewgate_controller_openapi_document_bytes_total counter
+skewgate_controller_openapi_document_bytes_total 1024
+# HELP skewgate_controller_openapi_document_errors_total OpenAPI v3 group-version documents that could not be fetched or read, by reason; retried on later polls.
+# TYPE skewgate_controller_openapi_document_errors_total counter
+skewgate_controller_openapi_document_errors_total{reason="status"} 1
+# HELP skewgate_controller_openapi_documents Reduced OpenAPI v3 documents held: one per hash of a group version whose hash differs between servers.
+# TYPE skewgate_controller_openapi_documents gauge
+skewgate_controller_openapi_documents 2
+# HELP skewgate_controller_openapi_field_paths Field paths held by the reduced OpenAPI v3 documents, over all their kinds.
+# TYPE skewgate_controller_openapi_field_paths gauge
+skewgate_controller_openapi_field_paths 4373
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Error(err)

@@ -77,6 +77,7 @@ func completeServer(id string, healthy bool, apis, core []byte) *serverState {
 		panic(err)
 	}
 	s.apis.ok, s.core.ok = true, true
+	s.apis.etag, s.core.etag = etagOf(apis), etagOf(core)
 	return s
 }
 
@@ -109,7 +110,7 @@ func TestEncodedSnapshotEmbedsDocumentsByteForByte(t *testing.T) {
 	apis := []byte("{\n  \"kind\": \"APIGroupDiscoveryList\",\n  \"items\": [{\"metadata\": {\"name\": \"a<b>&c.example\"}, \"versions\": [{\"version\": \"v1\"}]}]\n}\n")
 	core := []byte(`{"items":[{"metadata":{},"versions":[{"version":"v1","resources":[{"resource":"pods","scope":"Namespaced","verbs":null}]}]}]}`)
 	servers := []*serverState{completeServer("apiserver-a", true, apis, core), completeServer("apiserver-b", false, apis, core)}
-	c := &Controller{log: discardLogger(), metrics: newMetrics()}
+	c := &Controller{log: discardLogger(), metrics: newMetrics(), schemas: newSchemas()}
 	p := c.build(servers, c.unnumbered(servers))
 	if p == nil {
 		t.Fatal("snapshot did not validate")

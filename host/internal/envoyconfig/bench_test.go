@@ -35,6 +35,7 @@ func largePluginConfig(b *testing.B, servers, groups int) []byte {
 	}
 	raw, err := config.Options{
 		RoutingHeader: DefaultRoutingHeader, RetryAfterSeconds: 5, IdentityMode: IdentityFrontProxy, DiscoveryAuthorizationCacheSeconds: 10,
+		SchemaSkewRouting: config.DefaultSchemaSkewRouting,
 	}.Marshal(discoverytest.Encode(7, "", members...))
 	if err != nil {
 		b.Fatal(err)

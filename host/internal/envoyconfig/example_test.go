@@ -179,6 +179,7 @@ func examplePluginConfig(mode IdentityMode) []byte {
 		RetryAfterSeconds:                  5,
 		IdentityMode:                       mode,
 		DiscoveryAuthorizationCacheSeconds: 10,
+		SchemaSkewRouting:                  config.DefaultSchemaSkewRouting,
 	}.Marshal(discoverytest.Encode(1, "", servers...))
 	if err != nil {
 		panic(fmt.Sprintf("example plugin configuration: %v", err))

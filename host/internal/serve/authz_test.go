@@ -80,3 +80,26 @@ func TestDiscoveryAuthorizationCacheOfZeroAsksOnEveryRequest(t *testing.T) {
 		})
 	}
 }
+
+func TestSchemaSkewRoutingReachesThePluginConfiguration(t *testing.T) {
+	for _, tc := range []struct {
+		routing, want string
+	}{
+		{"", `"schemaSkewRouting":"reads-and-writes"`},
+		{"writes", `"schemaSkewRouting":"writes"`},
+	} {
+		f := newFixture(t)
+		f.cfg.SchemaSkewRouting = tc.routing
+		s, err := New(f.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		config, err := s.pluginConfig([]byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(config), tc.want) {
+			t.Errorf("--schema-skew-routing %q: plugin configuration %s; want it to contain %s", tc.routing, config, tc.want)
+		}
+	}
+}

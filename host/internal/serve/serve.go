@@ -122,7 +122,12 @@ type Config struct {
 	// whole seconds up to MaxDiscoveryAuthorizationCache. Zero asks on every
 	// request; the flag's default is DefaultDiscoveryAuthorizationCache.
 	DiscoveryAuthorizationCache time.Duration
-	PollInterval                time.Duration
+	// SchemaSkewRouting says which requests for a resource whose schemas
+	// differ between the servers go only to the servers whose schema has
+	// every field ("reads-and-writes" or "writes"); "" takes the plugin's
+	// default.
+	SchemaSkewRouting string
+	PollInterval      time.Duration
 	// ReadinessInterval is how often the API servers' /readyz is probed
 	// between polls; default controller.DefaultReadinessInterval.
 	ReadinessInterval time.Duration
@@ -419,6 +424,12 @@ func (c Config) complete() (Config, error) {
 	errs = append(errs, c.checkLimits()...)
 	if c.IdentityMode == "" {
 		c.IdentityMode = string(pluginconfig.DefaultIdentityMode)
+	}
+	if c.SchemaSkewRouting == "" {
+		c.SchemaSkewRouting = string(pluginconfig.DefaultSchemaSkewRouting)
+	}
+	if err := pluginconfig.CheckSchemaSkewRouting(pluginconfig.SchemaSkewRouting(c.SchemaSkewRouting)); err != nil {
+		errs = append(errs, fmt.Errorf("--schema-skew-routing %q: %w", c.SchemaSkewRouting, err))
 	}
 	if c.TLSCertFile == "" || c.TLSPrivateKeyFile == "" {
 		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file are required"))
@@ -740,7 +751,7 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 	if err != nil {
 		return err
 	}
-	ix, err := discovery.NewIndex(snap)
+	ix, err := discovery.NewIndexWith(snap, s.pluginOptions().IndexOptions())
 	if err != nil {
 		return err
 	}
@@ -797,12 +808,19 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 // x-kubernetes-peer-proxied header is never trusted: the gateway faces
 // clients directly.
 func (s *Server) pluginConfig(rawSnapshot []byte) ([]byte, error) {
+	return s.pluginOptions().Marshal(rawSnapshot)
+}
+
+// pluginOptions are the plugin's options; the gateway's retry set indexes
+// each snapshot with the same routing choices.
+func (s *Server) pluginOptions() pluginconfig.Options {
 	return pluginconfig.Options{
 		RoutingHeader:                      s.cfg.RoutingHeader,
 		RetryAfterSeconds:                  s.cfg.RetryAfterSeconds,
 		IdentityMode:                       pluginconfig.IdentityMode(s.cfg.IdentityMode),
 		DiscoveryAuthorizationCacheSeconds: int(s.cfg.DiscoveryAuthorizationCache / time.Second),
-	}.Marshal(rawSnapshot)
+		SchemaSkewRouting:                  pluginconfig.SchemaSkewRouting(s.cfg.SchemaSkewRouting),
+	}
 }
 
 // APIServerFlagError names the flag, --apiserver or --local-apiserver, of an

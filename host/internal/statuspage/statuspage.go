@@ -1,7 +1,9 @@
 // Package statuspage renders the gateway's status page: which API server
 // serves which API, as a server × API matrix with the skewed APIs (those not
-// every server serves the same way) highlighted. The page is self-contained
-// HTML, with no scripts and no external assets.
+// every server serves the same way) highlighted, and, where the servers
+// differ, which field-selector labels each accepts and which fields its schema
+// lacks. The page is self-contained HTML, with no scripts and no external
+// assets.
 //
 // The page is written by plain code rather than html/template: a template's
 // method calls go through reflection, which makes the linker keep every
@@ -53,6 +55,25 @@ type view struct {
 	Resources      []row
 	SkewedGVs      int
 	SkewedResource int
+	// FieldSelectors and MissingFields are the resources the snapshot's
+	// field-level knowledge names, each with a cell per server.
+	FieldSelectors []fieldRow
+	MissingFields  []fieldRow
+}
+
+// fieldRow is a resource with, per server column, the names the snapshot
+// lists for it there.
+type fieldRow struct {
+	Name string
+	// Common are the labels every server that serves the resource accepts.
+	Common []string
+	Cells  []fieldCell
+}
+
+type fieldCell struct {
+	Served bool
+	// Names are the labels only some servers accept, or the missing paths.
+	Names []string
 }
 
 type serverColumn struct {
@@ -157,7 +178,65 @@ func build(in Input) view {
 		}
 		v.Resources = append(v.Resources, r)
 	}
+	v.FieldSelectors = fieldRows(snap, func(s *discovery.Server) map[string][]string { return s.FieldSelectors }, true)
+	v.MissingFields = fieldRows(snap, func(s *discovery.Server) map[string][]string { return s.MissingFields }, false)
 	return v
+}
+
+// fieldRows lists the resources some server's lists (FieldSelectors or
+// MissingFields) name, sorted, with every server's list of each. With common
+// set, names every server serving the resource lists move to the row's
+// Common, so that the cells show what differs.
+func fieldRows(snap *discovery.Snapshot, lists func(*discovery.Server) map[string][]string, common bool) []fieldRow {
+	keys := map[string]bool{}
+	for i := range snap.Servers {
+		for k := range lists(&snap.Servers[i]) {
+			keys[k] = true
+		}
+	}
+	var rows []fieldRow
+	for _, key := range slices.Sorted(maps.Keys(keys)) {
+		r := fieldRow{Name: key, Cells: make([]fieldCell, len(snap.Servers))}
+		first := true
+		for i := range snap.Servers {
+			names, listed := lists(&snap.Servers[i])[key]
+			r.Cells[i] = fieldCell{Served: listed || servesKey(&snap.Servers[i], key), Names: names}
+			if !common || !listed {
+				continue
+			}
+			if first {
+				r.Common, first = slices.Clone(names), false
+			} else {
+				r.Common = slices.DeleteFunc(r.Common, func(n string) bool { return !slices.Contains(names, n) })
+			}
+		}
+		if common {
+			for i := range r.Cells {
+				r.Cells[i].Names = slices.DeleteFunc(slices.Clone(r.Cells[i].Names), func(n string) bool { return slices.Contains(r.Common, n) })
+			}
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// servesKey reports whether the server's discovery lists the resource a
+// discovery.ResourceKey names.
+func servesKey(srv *discovery.Server, key string) bool {
+	for _, list := range []*discovery.GroupList{&srv.Core, &srv.APIs} {
+		for g := range list.Items {
+			grp := &list.Items[g]
+			for v := range grp.Versions {
+				ver := &grp.Versions[v]
+				for r := range ver.Resources {
+					if discovery.ResourceKey(grp.Name(), ver.Version, ver.Resources[r].Resource) == key {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
 }
 
 func gvName(group, version string) string {
@@ -303,8 +382,87 @@ func (p *page) write(v view) {
 		}
 		p.WriteString("</tr>\n")
 	}
-	p.WriteString("</table>\n</details>\n\n")
+	p.WriteString("</table>\n</details>\n")
+
+	p.WriteString("\n<h2>Field selectors</h2>\n")
+	if len(v.FieldSelectors) == 0 {
+		p.WriteString("<p class=\"summary\">Every server that serves a resource accepts the same field-selector labels for it.</p>\n")
+	} else {
+		p.WriteString("<p class=\"summary\">Resources whose field-selector labels differ between the servers: a list or watch whose selector names a label goes only to servers that accept it.</p>\n<table>\n")
+		p.fieldHeader("Resource", "Accepted by every server", v.Servers)
+		for _, r := range v.FieldSelectors {
+			p.fieldRowStart(r.Name)
+			p.WriteString(`<td class="mono">`)
+			p.text(strings.Join(r.Common, ", "))
+			p.WriteString("</td>")
+			for _, c := range r.Cells {
+				p.fieldCell(c, "also", "no others", "served", "missing")
+			}
+			p.WriteString("</tr>\n")
+		}
+		p.WriteString("</table>\n")
+	}
+
+	p.WriteString("\n<h2>Fields missing from schemas</h2>\n")
+	if len(v.MissingFields) == 0 {
+		p.WriteString("<p class=\"summary\">No healthy server's schema of a resource lacks a field another healthy server's has, as far as their OpenAPI v3 documents tell.</p>\n")
+	} else {
+		p.WriteString("<p class=\"summary\">Resources whose schema lacks fields on some servers (at most " + strconv.Itoa(discovery.MaxMissingFields) +
+			" shown each): their requests go to the servers whose schema has them all.</p>\n<table>\n")
+		p.fieldHeader("Resource", "", v.Servers)
+		for _, r := range v.MissingFields {
+			p.fieldRowStart(r.Name)
+			for _, c := range r.Cells {
+				p.fieldCell(c, "lacks", "has every field", "missing", "served")
+			}
+			p.WriteString("</tr>\n")
+		}
+		p.WriteString("</table>\n")
+	}
+	p.WriteString("\n")
 	p.WriteString(foot)
+}
+
+// fieldHeader writes the header row of a resource × server table, with an
+// extra column when extra is set.
+func (p *page) fieldHeader(first, extra string, servers []serverColumn) {
+	p.WriteString("<tr><th>" + first + "</th>")
+	if extra != "" {
+		p.WriteString("<th>" + extra + "</th>")
+	}
+	for _, s := range servers {
+		p.WriteString("<th>")
+		p.text(s.Version)
+		p.WriteString(`<br><span class="mono">`)
+		p.text(s.Cluster)
+		p.WriteString("</span></th>")
+	}
+	p.WriteString("</tr>\n")
+}
+
+func (p *page) fieldRowStart(name string) {
+	p.WriteString(`<tr class="skewed"><th class="api mono">`)
+	p.text(name)
+	p.WriteString("</th>")
+}
+
+// fieldCell writes one server's names for a resource, listed after label in
+// a cell of class namesClass, or none in one of noneClass when it has none.
+func (p *page) fieldCell(c fieldCell, label, none, namesClass, noneClass string) {
+	switch {
+	case !c.Served:
+		p.WriteString(`<td class="cell">not served</td>`)
+	case len(c.Names) == 0:
+		p.WriteString(`<td class="cell ` + noneClass + `">`)
+		p.text(none)
+		p.WriteString("</td>")
+	default:
+		p.WriteString(`<td class="` + namesClass + `">`)
+		p.text(label)
+		p.WriteString(`: <span class="mono">`)
+		p.text(strings.Join(c.Names, ", "))
+		p.WriteString("</span></td>")
+	}
 }
 
 // matrixHeader writes the header row of a server × API table.

@@ -78,3 +78,42 @@ func TestPageMarksTheNodeLocalPreferredServer(t *testing.T) {
 		t.Errorf("page does not mark only %s as the preferred server", servers[1].ID)
 	}
 }
+
+func TestPageShowsWhereServersDifferInLabelsAndFields(t *testing.T) {
+	servers := discoverytest.SkewedControlPlane()
+	snap, err := discovery.ParseSnapshot(discoverytest.SnapshotJSON(9, servers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := &snap.Servers[0], &snap.Servers[1], &snap.Servers[2]
+	a.FieldSelectors = map[string][]string{"v1/pods": {"metadata.name", "metadata.namespace"}}
+	b.FieldSelectors = map[string][]string{"v1/pods": {"metadata.name", "metadata.namespace", "spec.nodeName"}}
+	c.FieldSelectors = map[string][]string{"v1/pods": {"metadata.name", "metadata.namespace", "spec.nodeName", "status.phase"},
+		"coordination.k8s.io/v1alpha2/leasecandidates": {"metadata.name"}}
+	a.MissingFields = map[string][]string{"coordination.k8s.io/v1/leases": {"spec.<strategy>", "spec.preferredHolder"}}
+	page := render(t, Input{Snapshot: snap, AcceptedAt: time.Now(), Now: time.Now(), Ready: true})
+	for _, want := range []string{
+		`<tr class="skewed"><th class="api mono">v1/pods</th><td class="mono">metadata.name, metadata.namespace</td>` +
+			`<td class="cell missing">no others</td><td class="served">also: <span class="mono">spec.nodeName</span></td>` +
+			`<td class="served">also: <span class="mono">spec.nodeName, status.phase</span></td></tr>`,
+		`<th class="api mono">coordination.k8s.io/v1alpha2/leasecandidates</th><td class="mono">metadata.name</td>` +
+			`<td class="cell">not served</td><td class="cell">not served</td><td class="cell missing">no others</td></tr>`,
+		`<tr class="skewed"><th class="api mono">coordination.k8s.io/v1/leases</th>` +
+			`<td class="missing">lacks: <span class="mono">spec.&lt;strategy&gt;, spec.preferredHolder</span></td>` +
+			`<td class="cell served">has every field</td><td class="cell served">has every field</td></tr>`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %s", want)
+		}
+	}
+
+	for i := range snap.Servers {
+		snap.Servers[i].FieldSelectors, snap.Servers[i].MissingFields = nil, nil
+	}
+	page = render(t, Input{Snapshot: snap, AcceptedAt: time.Now(), Now: time.Now(), Ready: true})
+	for _, want := range []string{"accepts the same field-selector labels", "No healthy server's schema of a resource lacks a field"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page without field-level differences lacks %q", want)
+		}
+	}
+}

@@ -27,7 +27,9 @@ const pluginCallDepthBudget = 44
 var depthFixtureVersions = []string{"v1.35.4", "v1.36.3", "v1.37.2"}
 
 // fixtureSnapshot renders a snapshot of n servers made of the captured v1.35.4, v1.36.3 and v1.37.2 documents in
-// turn, each server with its own id and cluster; the servers of version down are unhealthy.
+// turn, each server with its own id and cluster; the servers of version down are unhealthy. Field-level data makes
+// the field-selector and schema rules run: the v1.35.4 servers accept fewer pod field-selector labels and lack
+// fields of jobs.
 func fixtureSnapshot(tb testing.TB, n int, down string) json.RawMessage {
 	tb.Helper()
 	captured, err := fixtures.Servers("default", depthFixtureVersions...)
@@ -39,6 +41,11 @@ func fixtureSnapshot(tb testing.TB, n int, down string) json.RawMessage {
 		s := captured[i%len(captured)]
 		members[i] = discoverytest.ServerOf(fmt.Sprintf("%s-%02d", s.ID, i), fmt.Sprintf("kube-%02d", i), s.Version,
 			s.Version != down, s.APIs, s.API, nil)
+		members[i].FieldSelectors = map[string][]string{"v1/pods": {"metadata.name", "metadata.namespace", "spec.nodeName"}}
+		if s.Version == depthFixtureVersions[0] {
+			members[i].FieldSelectors["v1/pods"] = []string{"metadata.name", "metadata.namespace"}
+			members[i].MissingFields = map[string][]string{"batch/v1/jobs": {"spec.managedBy"}}
+		}
 	}
 	return discoverytest.Encode(1, "", members...)
 }
@@ -219,6 +226,9 @@ func depthRequests(etag string) []depthRequest {
 		{"merged /apis refused by the API server", "GET", "/apis", [][2]string{accept, {"authorization", depthDeniedToken}}, answered(403, 1)},
 		{"nopeer discovery passed through", "GET", "/apis", [][2]string{{"accept", depthAcceptV2 + ";profile=nopeer"}}, forwarded},
 		{"every capable server down", "GET", "/apis/certificates.k8s.io/v1/clustertrustbundles", nil, answered(503, 0)},
+		{"field selector only some servers accept", "GET", plugintest.KubeletPodList, nil, routed},
+		{longSelectorRequest, "GET", "/api/v1/pods?fieldSelector=" + strings.Repeat("metadata.name%21%3Dp%5C%2C1%2C", 2000) + "spec.nodeName%3Dn", nil, routed},
+		{"write of a kind whose schemas differ", "POST", "/apis/batch/v1/namespaces/default/jobs", nil, routed},
 		{"forged identity headers stripped", "GET", "/api/v1/namespaces/default/pods", forged, func(r plugintest.Result) bool {
 			return forwarded(r) && !strings.Contains(fmt.Sprint(r.Headers), "x-remote-") && !strings.Contains(fmt.Sprint(r.Headers), headerPeerProxiedName)
 		}},
@@ -226,6 +236,10 @@ func depthRequests(etag string) []depthRequest {
 }
 
 const headerPeerProxiedName = "x-kubernetes-peer-proxied"
+
+// longSelectorRequest lists with a field selector of 2001 terms: reading it must take no deeper a stack than
+// reading one term.
+const longSelectorRequest = "field selector of 2001 terms"
 
 // frontProxyDepthRequests are the requests whose identity the plugin asserts from the client certificate.
 var frontProxyDepthRequests = []depthRequest{
@@ -285,6 +299,9 @@ func TestPluginRequestCallDepthStaysWithinBudgetWhateverTheSnapshotSize(t *testi
 				}
 			}
 		})
+	}
+	if long, short := own[longSelectorRequest][sizes[0]], own["field selector only some servers accept"][sizes[0]]; long != short {
+		t.Errorf("the plugin's own call depth is %d for a field selector of 2001 terms, %d for one term; want it independent of the selector", long, short)
 	}
 	for name, byServers := range own {
 		if first, last := byServers[sizes[0]], byServers[sizes[len(sizes)-1]]; last != first || first == 0 {

@@ -1,9 +1,11 @@
 // Command capture-fixtures starts real kube-apiservers and records their discovery documents under
 // fixtures/: every pinned version's own (profile=nopeer) aggregated /apis and /api, with and
 // without extra runtime-config APIs; the peer-aggregated /apis of mixed-version MVP clusters with
-// their members' documents; and the resources whose availability differs between adjacent
-// versions, probed on live servers. Bodies are stored exactly as served. fixtures/manifest.json and
-// fixtures/README.md are regenerated from what was actually run.
+// their members' documents; the resources whose availability differs between adjacent
+// versions, probed on live servers; every version's field-selector labels per resource, probed
+// (fixtures/fieldselectors/); and the field paths whose presence in the OpenAPI v3 schemas
+// differs between adjacent versions (fixtures/schema-skew.json). Bodies are stored exactly as
+// served. fixtures/manifest.json and fixtures/README.md are regenerated from what was actually run.
 //
 // Usage, from anywhere inside the repository:
 //
@@ -52,6 +54,8 @@ const (
 // and without feature gates. 1.37 stops serving the v1beta1 IPAddress, ServiceCIDR and
 // VolumeAttributesClass, so it gets the v1alpha1 mutating admission policies instead.
 var extraRuntimeConfig = map[string][]string{
+	testcluster.KubeVersion130: {"admissionregistration.k8s.io/v1beta1=true", "networking.k8s.io/v1alpha1=true", "storage.k8s.io/v1alpha1=true"},
+	testcluster.KubeVersion131: {"admissionregistration.k8s.io/v1beta1=true", "coordination.k8s.io/v1alpha1=true", "networking.k8s.io/v1beta1=true", "storage.k8s.io/v1beta1=true"},
 	testcluster.KubeVersion135: {"coordination.k8s.io/v1alpha2=true", "networking.k8s.io/v1beta1=true", "storage.k8s.io/v1beta1=true"},
 	testcluster.KubeVersion136: {"coordination.k8s.io/v1alpha2=true", "networking.k8s.io/v1beta1=true", "storage.k8s.io/v1beta1=true"},
 	testcluster.KubeVersion137: {"admissionregistration.k8s.io/v1alpha1=true", "coordination.k8s.io/v1alpha2=true"},
@@ -113,8 +117,10 @@ func (m mixedCluster) dir() string {
 	return "mixed-" + strings.Join(versions, "-")
 }
 
-// skewPairs are the adjacent version pairs whose differing resources are probed.
+// skewPairs are the pairs of pinned versions whose differing resources are probed and whose
+// schemas are compared: each a minor upgrade.
 var skewPairs = [][2]string{
+	{testcluster.KubeVersion130, testcluster.KubeVersion131},
 	{testcluster.KubeVersion135, testcluster.KubeVersion136},
 	{testcluster.KubeVersion136, testcluster.KubeVersion137},
 }
@@ -138,16 +144,17 @@ func hostname(prefix, version, profile string) string {
 
 // Manifest is fixtures/manifest.json.
 type Manifest struct {
-	Command            string              `json:"command"`
-	Versions           ManifestVersions    `json:"versions"`
-	ExtraRuntimeConfig map[string][]string `json:"extraRuntimeConfig"`
-	Accept             map[string]string   `json:"accept"`
-	Documents          []Document          `json:"documents"`
-	Mixed              []Mixed             `json:"mixed"`
-	Skew               []Skew              `json:"skew"`
-	ServerFlags        map[string][]string `json:"serverFlags"`
-	ExtraAPIsFound     map[string][]string `json:"extraAPIsFound"`
-	Notes              []string            `json:"notes"`
+	Command            string               `json:"command"`
+	Versions           ManifestVersions     `json:"versions"`
+	ExtraRuntimeConfig map[string][]string  `json:"extraRuntimeConfig"`
+	Accept             map[string]string    `json:"accept"`
+	Documents          []Document           `json:"documents"`
+	Mixed              []Mixed              `json:"mixed"`
+	Skew               []Skew               `json:"skew"`
+	ServerFlags        map[string][]string  `json:"serverFlags"`
+	ExtraAPIsFound     map[string][]string  `json:"extraAPIsFound"`
+	FieldSelectors     []FieldSelectorTable `json:"fieldSelectors"`
+	Notes              []string             `json:"notes"`
 }
 
 // ManifestVersions pins what produced the documents.
@@ -206,6 +213,12 @@ type capturer struct {
 	gvrs map[string][]gvr
 	// clusters stay up until the skew probes ran.
 	clusters map[string]*testcluster.Cluster
+	// fields holds each version's default-server kinds' field paths by resource key, labels the
+	// field-selector labels each version accepts by resource key.
+	fields map[string]map[string]kindFields
+	labels map[string]map[string][]string
+	// schemaSkew compares the schemas of each of skewPairs.
+	schemaSkew []SchemaSkew
 }
 
 type logger struct{ *log.Logger }
@@ -250,6 +263,8 @@ func run(lg logger, out string, timeout time.Duration) error {
 		staging:  staging,
 		gvrs:     map[string][]gvr{},
 		clusters: map[string]*testcluster.Cluster{},
+		fields:   map[string]map[string]kindFields{},
+		labels:   map[string]map[string][]string{},
 	}
 	defer c.closeClusters()
 	if err := c.captureAll(); err != nil {
@@ -286,6 +301,7 @@ func (c *capturer) captureAll() error {
 			return err
 		}
 		c.manifest.Skew = append(c.manifest.Skew, skew)
+		c.schemaSkew = append(c.schemaSkew, c.compareSchemas(pair[0], pair[1]))
 	}
 	c.closeClusters()
 	for _, m := range mixedClusters {
@@ -301,7 +317,14 @@ func (c *capturer) captureAll() error {
 	if err := os.WriteFile(filepath.Join(c.staging, "manifest.json"), append(data, '\n'), 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(c.staging, "README.md"), []byte(readme(c.manifest)), 0o644)
+	skew, err := json.MarshalIndent(c.schemaSkew, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(c.staging, schemaSkewFile), append(skew, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(c.staging, "README.md"), []byte(readme(c.manifest, c.labels, c.schemaSkew)), 0o644)
 }
 
 func (c *capturer) closeClusters() {
@@ -362,7 +385,7 @@ func (c *capturer) captureVersion(v string) error {
 		return fmt.Errorf("%s: extra runtime config added group versions %q, want %q", v, added, want)
 	}
 	c.manifest.ExtraAPIsFound[dir] = added
-	return nil
+	return c.captureFieldSelectors(cl, v)
 }
 
 // store fetches request from srv with accept and writes the body, byte for byte, to rel.
@@ -646,8 +669,12 @@ func writeFile(path string, data []byte) error {
 	return os.WriteFile(path, data, 0o644)
 }
 
+// schemaSkewFile is the generated comparison of the pinned versions' schemas.
+const schemaSkewFile = "schema-skew.json"
+
 // publish replaces the fixtures directory's generated entries with the staged ones, leaving any
-// other file alone.
+// other file alone. The field-selector directory also holds the Go package that embeds the
+// tables, so only its JSON files are replaced there.
 func publish(staging, out string) error {
 	entries, err := os.ReadDir(staging)
 	if err != nil {
@@ -655,10 +682,42 @@ func publish(staging, out string) error {
 	}
 	for _, e := range entries {
 		dst := filepath.Join(out, e.Name())
+		if e.Name() == fieldSelectorsDir {
+			if err := publishJSON(filepath.Join(staging, e.Name()), dst); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := os.RemoveAll(dst); err != nil {
 			return err
 		}
 		if err := os.Rename(filepath.Join(staging, e.Name()), dst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publishJSON replaces the *.json files of dst with those of src.
+func publishJSON(src, dst string) error {
+	old, err := filepath.Glob(filepath.Join(dst, "*.json"))
+	if err != nil {
+		return err
+	}
+	for _, f := range old {
+		if err := os.Remove(f); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	staged, err := filepath.Glob(filepath.Join(src, "*.json"))
+	if err != nil {
+		return err
+	}
+	for _, f := range staged {
+		if err := os.Rename(f, filepath.Join(dst, filepath.Base(f))); err != nil {
 			return err
 		}
 	}

@@ -49,8 +49,9 @@ func TestManifestDescribesEveryFixtureBodyByteForByte(t *testing.T) {
 			return err
 		}
 		// Bodies live in the published per-version and mixed-cluster directories; the top level
-		// holds the manifest, the README and files publish leaves alone (the embedding package).
-		if rel = filepath.ToSlash(rel); strings.Contains(rel, "/") {
+		// holds the manifest, the README and files publish leaves alone (the embedding package),
+		// and the field-selector tables have their own test.
+		if rel = filepath.ToSlash(rel); strings.Contains(rel, "/") && !strings.HasPrefix(rel, fieldSelectorsDir+"/") {
 			onDisk = append(onDisk, rel)
 		}
 		return nil
@@ -79,6 +80,30 @@ func TestManifestDescribesEveryFixtureBodyByteForByte(t *testing.T) {
 				t.Errorf("manifest entry %+v lacks an ETag or a server ID matching its host name", d)
 			}
 		})
+	}
+}
+
+func TestManifestDescribesEveryFieldSelectorTable(t *testing.T) {
+	m := loadManifest(t)
+	tables, err := filepath.Glob(filepath.Join(fixturesDir, fieldSelectorsDir, "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tables) != len(m.FieldSelectors) || len(tables) != len(testcluster.KubeAPIServerVersions) {
+		t.Errorf("%d field-selector tables on disk, %d in the manifest, %d pinned versions", len(tables), len(m.FieldSelectors), len(testcluster.KubeAPIServerVersions))
+	}
+	for _, d := range m.FieldSelectors {
+		body, err := os.ReadFile(filepath.Join(fixturesDir, filepath.FromSlash(d.Path)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(body)
+		if got := hex.EncodeToString(sum[:]); got != d.SHA256 || len(body) != d.Bytes {
+			t.Errorf("%s has sha256 %s and %d bytes; the capture wrote %s and %d bytes", d.Path, got, len(body), d.SHA256, d.Bytes)
+		}
+		if !slices.Contains(testcluster.KubeAPIServerVersions, d.Version) {
+			t.Errorf("%s is of version %s, which is not pinned", d.Path, d.Version)
+		}
 	}
 }
 

@@ -17,11 +17,13 @@ func notes() []string {
 		"Every version ran in its own cluster (own etcd): one server with the default API set and one with the extra runtime config.",
 		"Each peer-aggregated document was fetched without a profile from the aggregator member of an MVP cluster once it advertised exactly the union of the members' resources; it and all member documents were captured twice, two seconds apart, with identical bytes and ETags.",
 		"Skew probes GET each differing resource's collection (all namespaces) as cluster admin on the two default servers; a probe only passes when exactly the server lacking the resource answers 404.",
+		"Field-selector probes list each collection (all namespaces) as cluster admin with limit=1 and one selector term <label>=x; the value never matters to whether a label is supported.",
+		"Field paths come from the OpenAPI v3 document of the resource's group version, reduced by host/internal/schemafields: property names joined by dots, [] for an array's items, .* for a map's values, references followed until they recur; descriptions and every other keyword ignored.",
 	}
 }
 
 // readme renders fixtures/README.md from the manifest, so it always describes the actual capture.
-func readme(m Manifest) string {
+func readme(m Manifest, labels map[string]map[string][]string, schemaSkew []SchemaSkew) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 
@@ -135,6 +137,76 @@ func readme(m Manifest) string {
 		}
 		p("")
 	}
+	p("## Field selectors")
+	p("")
+	p("`fieldselectors/<version>.json` maps every resource that answers `list` to the labels a field selector may name")
+	p("for it on that version (the package in that directory embeds them for skewgate's controller). They are probed,")
+	p("not read from source: on the version's default server (and, for resources only the extra profile serves, on")
+	p("the extra one), `GET <collection>?fieldSelector=<label>%%3Dx&limit=1` as cluster admin for every candidate label:")
+	p("`metadata.name`, `metadata.namespace` and every field path of the kind's OpenAPI v3 schema that leads through no")
+	p("array and no map. 200 means accepted, 400 refused; any other answer fails the capture. A label that is no path of")
+	p("the kind's schema is not found this way, such as Pod's `spec.host`, an alias of `spec.nodeName` that every version")
+	p("accepts.")
+	p("")
+	p("| Version | Resources | Probes | Accepted | Kinds without a schema |")
+	p("|---|---|---|---|---|")
+	for _, t := range m.FieldSelectors {
+		without := "(none)"
+		if len(t.WithoutSchema) > 0 {
+			without = "`" + strings.Join(t.WithoutSchema, "`, `") + "`"
+		}
+		p("| %s | %d | %d | %d | %s |", t.Version, t.Resources, t.Probes, t.Accepted, without)
+	}
+	p("")
+	p("Labels whose acceptance differs between the versions of each compared pair, for the resources both serve:")
+	p("")
+	for _, s := range schemaSkew {
+		p("### %s → %s", s.Older, s.Newer)
+		p("")
+		older, newer := labels[s.Older], labels[s.Newer]
+		rows := 0
+		for _, key := range sortedKeys(newer) {
+			o, ok := older[key]
+			if !ok {
+				continue
+			}
+			onlyNewer, onlyOlder := setDifference(newer[key], o), setDifference(o, newer[key])
+			if len(onlyNewer) == 0 && len(onlyOlder) == 0 {
+				continue
+			}
+			if rows == 0 {
+				p("| Resource | Only %s accepts | Only %s accepts |", s.Newer, s.Older)
+				p("|---|---|---|")
+			}
+			rows++
+			p("| `%s` | %s | %s |", key, codeList(onlyNewer), codeList(onlyOlder))
+		}
+		if rows == 0 {
+			p("No differences.")
+		}
+		p("")
+	}
+	p("## Schema skew")
+	p("")
+	p("`%s` lists, for each compared pair of versions, the resources both default servers serve whose kinds'", schemaSkewFile)
+	p("field paths differ, with every path only one side has. A field gated off by default is in the schema all the same:")
+	p("a difference says what each server's schema can carry, not what it stores with its default gates.")
+	p("")
+	for _, s := range schemaSkew {
+		p("### %s → %s", s.Older, s.Newer)
+		p("")
+		if len(s.Resources) == 0 {
+			p("No differences.")
+			p("")
+			continue
+		}
+		p("| Resource | Kind | Paths only in %s | Paths only in %s |", s.Newer, s.Older)
+		p("|---|---|---|---|")
+		for _, r := range s.Resources {
+			p("| `%s` | %s | %s | %s |", r.Resource, r.Kind, pathSummary(r.OnlyInNewer), pathSummary(r.OnlyInOlder))
+		}
+		p("")
+	}
 	common, extra := splitFlags(m.ServerFlags)
 	p("## Server flags")
 	p("")
@@ -196,4 +268,35 @@ func splitFlags(perServer map[string][]string) (common []string, extra map[strin
 
 func sortedKeys[V any](m map[string]V) []string {
 	return slices.Sorted(maps.Keys(m))
+}
+
+// setDifference returns the elements of a that b lacks.
+func setDifference(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func codeList(items []string) string {
+	if len(items) == 0 {
+		return ""
+	}
+	return "`" + strings.Join(items, "`, `") + "`"
+}
+
+// pathSummary shows a few paths and how many there are.
+func pathSummary(paths []string) string {
+	const shown = 4
+	switch {
+	case len(paths) == 0:
+		return ""
+	case len(paths) <= shown:
+		return codeList(paths)
+	default:
+		return fmt.Sprintf("%d: %s, …", len(paths), codeList(paths[:shown]))
+	}
 }

@@ -1,0 +1,153 @@
+package discovery
+
+import "slices"
+
+// IndexOptions are the routing choices an index makes that the snapshot does
+// not carry: the operator's, given in the plugin configuration.
+type IndexOptions struct {
+	// SchemaSkewWritesOnly sends only the writes of a resource whose schemas
+	// differ between the servers to the servers whose schema lacks nothing
+	// (Server.MissingFields); otherwise its reads go there too.
+	SchemaSkewWritesOnly bool
+}
+
+// resourceFields is what the index knows about one resource's fields.
+type resourceFields struct {
+	// labels are the field-selector labels some server accepts for it,
+	// sorted, each with the servers that accept it; nil when every server
+	// accepts the same.
+	labels []acceptedLabel
+	// lacking are the servers whose schema of it lacks fields another
+	// server's has.
+	lacking ServerSet
+}
+
+type acceptedLabel struct {
+	label   string
+	servers ServerSet
+}
+
+// indexFields records the snapshot's field selectors and missing fields per
+// resource.
+func (ix *Index) indexFields(snap *Snapshot) {
+	fieldsOf := func(key string) *resourceFields {
+		gvr, _ := parseResourceKey(key) // Validate checked every key
+		if ix.fields == nil {
+			ix.fields = make(map[groupVersionResource]*resourceFields)
+		}
+		f := ix.fields[gvr]
+		if f == nil {
+			f = &resourceFields{}
+			ix.fields[gvr] = f
+		}
+		return f
+	}
+	for i := range snap.Servers {
+		bit := ServerSet(1) << uint(i)
+		for key, labels := range snap.Servers[i].FieldSelectors {
+			f := fieldsOf(key)
+			for _, label := range labels {
+				at, found := slices.BinarySearchFunc(f.labels, label, func(a acceptedLabel, l string) int {
+					switch {
+					case a.label < l:
+						return -1
+					case a.label > l:
+						return 1
+					}
+					return 0
+				})
+				if !found {
+					f.labels = slices.Insert(f.labels, at, acceptedLabel{label: label})
+				}
+				f.labels[at].servers |= bit
+			}
+		}
+		for key := range snap.Servers[i].MissingFields {
+			fieldsOf(key).lacking |= bit
+		}
+	}
+}
+
+// narrowForFields is the part of the capable servers that can serve a
+// request for a resource as it asks, when the servers differ in what they
+// know of its fields:
+//
+//   - a list, watch or deletecollection whose field selector (the first
+//     fieldSelector value of the query, read as fields.ParseSelector reads
+//     it) uses a label not every capable server accepts goes to those that
+//     accept every label; when none does, or the selector is one upstream
+//     rejects, every capable server answers alike (with a 400);
+//   - a request for a resource whose schema some capable servers lack fields
+//     of goes to the others, reads only unless options say writes only;
+//     when every capable server lacks some field, to any of them.
+func (ix *Index) narrowForFields(f *resourceFields, req *Request, info *RequestInfo, capable ServerSet) ServerSet {
+	if f.labels != nil && readsWithSelector(req.Method, info) {
+		if accepting, ok := acceptingServers(f.labels, req.Query); ok && accepting&capable != 0 {
+			capable &= accepting
+		}
+	}
+	if f.lacking != 0 && (!ix.options.SchemaSkewWritesOnly || isWriteMethod(req.Method)) {
+		if complete := capable &^ f.lacking; complete != 0 {
+			capable = complete
+		}
+	}
+	return capable
+}
+
+// readsWithSelector reports the requests upstream reads a field selector
+// of: a list or watch (a GET of a collection, a /watch/ path) and a
+// deletecollection.
+func readsWithSelector(method string, info *RequestInfo) bool {
+	switch {
+	case info.Verb == "watch":
+		return true
+	case info.Name != "":
+		return false
+	}
+	return method == "GET" || method == "HEAD" || method == "DELETE"
+}
+
+// isWriteMethod reports the methods of create, update, patch (server-side
+// apply is a PATCH) and delete: each has the server decode the stored
+// object into its own types and write what it knows back.
+func isWriteMethod(method string) bool {
+	return method == "POST" || method == "PUT" || method == "PATCH" || method == "DELETE"
+}
+
+// acceptingServers is the set of servers that accept every label of the
+// first fieldSelector of a raw query, read in place; ok is false without a
+// selector or for one upstream rejects. A label no server lists is accepted
+// by none.
+func acceptingServers(labels []acceptedLabel, rawQuery string) (accepting ServerSet, ok bool) {
+	param := scanListParams(rawQuery).fieldSelector
+	if !param.present {
+		return 0, false
+	}
+	accepting = ^ServerSet(0)
+	for rest, more := (selectorText{s: param.raw, inQuery: true}), param.raw != ""; more; {
+		var term selectorText
+		term, rest, more = cutFieldTerm(rest)
+		if term.s == "" {
+			continue
+		}
+		field, _, value, valid := splitFieldTerm(term)
+		if !valid || !validFieldValue(value) {
+			return 0, false
+		}
+		// fields.ParseSelector drops a term without field and value ("=")
+		// before any label is looked at.
+		if field.s != "" || value.s != "" {
+			accepting &= serversAccepting(labels, field)
+		}
+	}
+	return accepting, true
+}
+
+func serversAccepting(labels []acceptedLabel, field selectorText) ServerSet {
+	for i := range labels {
+		if field.is(labels[i].label) {
+			return labels[i].servers
+		}
+	}
+	return 0
+}

@@ -1,0 +1,259 @@
+package controller
+
+import (
+	"encoding/binary"
+	"maps"
+	"slices"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/host/internal/schemafields"
+)
+
+// metadataLabels are the field-selector labels every resource accepts:
+// metadata.namespace only where the resource is namespaced (custom resources
+// of a cluster-scoped definition refuse it).
+func metadataLabels(namespaced bool) []string {
+	if namespaced {
+		return []string{"metadata.name", "metadata.namespace"}
+	}
+	return []string{"metadata.name"}
+}
+
+// fieldKnowledge is one server's part of the snapshot's field-level
+// knowledge (discovery.Server's FieldSelectors and MissingFields).
+type fieldKnowledge struct {
+	selectors, missing map[string][]string
+}
+
+// servedResource is one server's resource as its discovery describes it.
+type servedResource struct {
+	server         int
+	group, version string
+	resource       *discovery.Resource
+}
+
+// kindOf returns the schema of the resource's kind in the server's OpenAPI
+// v3 document of the resource's group version, when that document was
+// fetched.
+func (r servedResource) kindOf(s *serverState, docs map[string]*schemafields.Document) (schemafields.Kind, bool) {
+	k := r.resource.ResponseKind
+	if k == nil || !s.openAPI.ok {
+		return schemafields.Kind{}, false
+	}
+	gvk := *k
+	// Discovery leaves out the group and version of a kind of the resource's
+	// own group version.
+	if gvk.Group == "" && gvk.Version == "" {
+		gvk.Group, gvk.Version = r.group, r.version
+	}
+	path := "apis/" + r.group + "/" + r.version
+	if r.group == "" {
+		path = "api/" + r.version
+	}
+	i, found := slices.BinarySearchFunc(s.openAPI.value, path, func(p discovery.OpenAPIPath, path string) int {
+		switch {
+		case p.Path < path:
+			return -1
+		case p.Path > path:
+			return 1
+		}
+		return 0
+	})
+	if !found {
+		return schemafields.Kind{}, false
+	}
+	doc := docs[s.openAPI.value[i].Hash]
+	if doc == nil {
+		return schemafields.Kind{}, false
+	}
+	kind, ok := doc.Kinds[gvk]
+	return kind, ok
+}
+
+func (r servedResource) listable() bool {
+	return slices.Contains(r.resource.Verbs, "list") || slices.Contains(r.resource.Verbs, "watch")
+}
+
+// computeFieldKnowledge works out, for the servers in snapshot order:
+//
+//   - for every listable resource whose accepted field-selector labels differ
+//     between the servers serving it, each such server's labels: those of
+//     its version's table (labelsOfVersion), or for a resource the table
+//     lacks the metadata labels and the selectable fields its own OpenAPI v3
+//     document publishes for the kind;
+//   - for every resource at least two healthy servers serve, the field paths
+//     of the kind that another of them has and each one lacks (at most
+//     discovery.MaxMissingFields of them), where the servers' documents are known.
+func computeFieldKnowledge(states []*serverState, tables []labelTable, docs map[string]*schemafields.Document) []fieldKnowledge {
+	out := make([]fieldKnowledge, len(states))
+	byKey := map[string][]servedResource{}
+	for i, s := range states {
+		for _, list := range []*discovery.GroupList{&s.core.value, &s.apis.value} {
+			for gi := range list.Items {
+				g := &list.Items[gi]
+				for vi := range g.Versions {
+					v := &g.Versions[vi]
+					for ri := range v.Resources {
+						r := &v.Resources[ri]
+						key := discovery.ResourceKey(g.Name(), v.Version, r.Resource)
+						byKey[key] = append(byKey[key], servedResource{i, g.Name(), v.Version, r})
+					}
+				}
+			}
+		}
+	}
+	versionLabels := make([]map[string][]string, len(states))
+	for i, s := range states {
+		versionLabels[i] = labelsOfVersion(tables, s.version)
+	}
+	for _, key := range slices.Sorted(maps.Keys(byKey)) {
+		servers := byKey[key]
+		if len(servers) < 2 {
+			continue
+		}
+		assignSelectors(out, key, servers, states, versionLabels, docs)
+		assignMissing(out, key, servers, states, docs)
+	}
+	return out
+}
+
+func assignSelectors(out []fieldKnowledge, key string, servers []servedResource, states []*serverState,
+	versionLabels []map[string][]string, docs map[string]*schemafields.Document) {
+	if !slices.ContainsFunc(servers, servedResource.listable) {
+		return
+	}
+	labels := make([][]string, len(servers))
+	differ := false
+	for i, r := range servers {
+		l, known := versionLabels[r.server][key]
+		if !known {
+			l = metadataLabels(r.resource.Scope == "Namespaced")
+			if kind, ok := r.kindOf(states[r.server], docs); ok && len(kind.SelectableFields) > 0 {
+				// A label the snapshot cannot carry is left out: the server
+				// then counts as refusing it, which only narrows less.
+				l = append(slices.Clone(l), kind.SelectableFields...)
+				l = slices.DeleteFunc(l, func(label string) bool { return !snapshotToken(label) })
+				slices.Sort(l)
+				l = slices.Compact(l)
+			}
+		}
+		labels[i] = l
+		differ = differ || !slices.Equal(l, labels[0])
+	}
+	if !differ {
+		return
+	}
+	for i, r := range servers {
+		k := &out[r.server]
+		if k.selectors == nil {
+			k.selectors = map[string][]string{}
+		}
+		k.selectors[key] = labels[i]
+	}
+}
+
+func assignMissing(out []fieldKnowledge, key string, servers []servedResource, states []*serverState, docs map[string]*schemafields.Document) {
+	type known struct {
+		server int
+		fields schemafields.Fields
+	}
+	var compared []known
+	for _, r := range servers {
+		if !states[r.server].healthy {
+			continue
+		}
+		if kind, ok := r.kindOf(states[r.server], docs); ok && !kind.Truncated {
+			compared = append(compared, known{r.server, kind.Fields})
+		}
+	}
+	for _, a := range compared {
+		var lacking []string
+		for _, b := range compared {
+			if a.fields == b.fields {
+				continue
+			}
+			// The first discovery.MaxMissingFields of the union are among the first
+			// discovery.MaxMissingFields of each part.
+			paths, _ := a.fields.Lacks(b.fields, discovery.MaxMissingFields)
+			for _, p := range paths {
+				lacking = append(lacking, asSnapshotToken(p))
+			}
+		}
+		if len(lacking) == 0 {
+			continue
+		}
+		slices.Sort(lacking)
+		lacking = slices.Compact(lacking)
+		k := &out[a.server]
+		if k.missing == nil {
+			k.missing = map[string][]string{}
+		}
+		k.missing[key] = lacking[:min(len(lacking), discovery.MaxMissingFields)]
+	}
+}
+
+// fieldKnowledgeFor returns computeFieldKnowledge of the servers, computed
+// again only when something it depends on changed: a server's ID, version,
+// health or documents (told by their ETags), or the reduced schemas.
+func (c *Controller) fieldKnowledgeFor(states []*serverState) []fieldKnowledge {
+	key := c.fieldKey[:0]
+	cacheable := true
+	for _, s := range states {
+		key = append(key, s.id...)
+		key = append(key, 0)
+		key = append(key, s.version...)
+		key = append(key, 0)
+		if s.healthy {
+			key = append(key, 1)
+		}
+		for _, etag := range []string{s.apis.etag, s.core.etag, s.openAPI.etag} {
+			cacheable = cacheable && etag != ""
+			key = append(key, etag...)
+			key = append(key, 0)
+		}
+	}
+	key = binary.AppendUvarint(key, c.schemas.generation)
+	if cacheable && c.fieldKnowledge != nil && string(key) == string(c.fieldKeyLast) {
+		c.fieldKey = key
+		return c.fieldKnowledge
+	}
+	c.fieldKey, c.fieldKeyLast = c.fieldKeyLast, key
+	c.fieldKnowledge = computeFieldKnowledge(states, c.labelTables, c.schemas.docs)
+	return c.fieldKnowledge
+}
+
+// maxTokenLength and snapshotToken are the snapshot's rule for a label or a
+// field path (discovery checks it too, for the whole snapshot): applied here,
+// an odd name from one server's schema cannot cost the snapshot.
+const maxTokenLength = 253
+
+func snapshotToken(s string) bool {
+	if s == "" || len(s) > maxTokenLength {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// asSnapshotToken spells a field path as the snapshot can carry it: bytes
+// the rule refuses become '?', and a path too long is cut. The paths are
+// evidence for people; which resource lacks fields is what routes.
+func asSnapshotToken(path string) string {
+	if snapshotToken(path) {
+		return path
+	}
+	b := []byte(path[:min(len(path), maxTokenLength)])
+	for i, c := range b {
+		if c <= ' ' || c >= 0x7f {
+			b[i] = '?'
+		}
+	}
+	if len(b) == 0 {
+		return "?"
+	}
+	return string(b)
+}
