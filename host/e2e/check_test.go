@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -46,6 +47,10 @@ var (
 	widgetsV1alpha1 = schema.GroupVersionResource{Group: "skew.example.com", Version: "v1alpha1", Resource: "widgets"}
 )
 
+// checkFeatureGates lets the seeded 1.35.4 servers store the pod template field workloadRef
+// (alpha in 1.35), which 1.36 replaced by schedulingGroup.
+var checkFeatureGates = map[string]bool{"GenericWorkload": true}
+
 // seededCheckFindings are the findings of the seeded cluster against 1.36.3, as "kind subject".
 var seededCheckFindings = []string{
 	"Resource leasecandidates.coordination.k8s.io",
@@ -59,12 +64,13 @@ var seededCheckFindings = []string{
 	"APIService apiservice v1beta1.storage.k8s.io",
 	"AdmissionCoverage validatingwebhookconfiguration skew-webhook (webhook servicecidrs.skew.example.com)",
 	"AdmissionParamKind validatingadmissionpolicy skew-params",
+	"FieldsLostOnWrite apps/v1 deployments",
 }
 
 func TestCheckFindsEverySeededHazardAgainstTheDocumentsAndTheFirstUpgradedServer(t *testing.T) {
 	cluster := startCluster(t, testcluster.Spec{Servers: []testcluster.ServerSpec{
-		{Name: "check-seeded-0", Version: testcluster.KubeVersion135, RuntimeConfig: checkExtraAPIs},
-		{Name: "check-seeded-1", Version: testcluster.KubeVersion135, RuntimeConfig: checkExtraAPIs},
+		{Name: "check-seeded-0", Version: testcluster.KubeVersion135, RuntimeConfig: checkExtraAPIs, FeatureGates: checkFeatureGates},
+		{Name: "check-seeded-1", Version: testcluster.KubeVersion135, RuntimeConfig: checkExtraAPIs, FeatureGates: checkFeatureGates},
 	}})
 	seedHazards(t, cluster)
 	kubeconfig := checkKubeconfig(t, cluster)
@@ -312,6 +318,10 @@ func seedHazards(t *testing.T, cluster *testcluster.Cluster) {
 	// A writer using a version 1.36.3 does not serve, and an object whose last-applied annotation
 	// names a removed version though it was written through a served one (no finding).
 	createObject(t, admin, object(t, `{"apiVersion":"networking.k8s.io/v1beta1","kind":"ServiceCIDR","metadata":{"name":"skew-beta"},"spec":{"cidrs":["10.200.0.0/24"]}}`), "cidr-operator")
+	// A Deployment whose pod template sets a field only 1.35's schema has.
+	createObject(t, admin, object(t, `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"gang","namespace":"default"},`+
+		`"spec":{"selector":{"matchLabels":{"app":"gang"}},"template":{"metadata":{"labels":{"app":"gang"}},"spec":{`+
+		`"workloadRef":{"name":"training","podGroup":"workers"},"containers":[{"name":"c","image":"example.invalid/c"}]}}}}`), "workload-operator")
 	createObject(t, admin, object(t, `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"legacy","namespace":"default","annotations":{`+
 		`"kubectl.kubernetes.io/last-applied-configuration":"{\"apiVersion\":\"extensions/v1beta1\",\"kind\":\"Deployment\"}"}},`+
 		`"spec":{"selector":{"matchLabels":{"app":"legacy"}},"template":{"metadata":{"labels":{"app":"legacy"}},"spec":{"containers":[{"name":"c","image":"example.invalid/c"}]}}}}`),
@@ -382,7 +392,8 @@ func seedCRDWithUnservedStoredVersion(t *testing.T, admin *rest.Config) {
 // requirePredictedHarms shows, on the cluster with server 1 upgraded, that what the findings
 // predicted happens: the resource answers 404 there, the APIServices are gone and the group
 // document of a 1.35.4 server leaves the group version out, the webhook is not called there, the
-// policy denies there, and a CRD update dropping the stored version is refused.
+// policy denies there, a write there drops the field only 1.35's schema has, and a CRD update
+// dropping the stored version is refused.
 func requirePredictedHarms(t *testing.T, cluster *testcluster.Cluster) {
 	t.Helper()
 	old, upgraded := cluster.AdminRESTConfig(0), cluster.AdminRESTConfig(1)
@@ -419,6 +430,18 @@ func requirePredictedHarms(t *testing.T, cluster *testcluster.Cluster) {
 	_, err := dynamic.NewForConfigOrDie(upgraded).Resource(configMaps).Namespace("skew-vap").Create(context.Background(), cm("through-upgraded"), metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), "paramKind") {
 		t.Errorf("AdmissionParamKind: the upgraded server admitted a ConfigMap the policy matches: %v", err)
+	}
+	deploymentsV1 := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	if _, err := dynamic.NewForConfigOrDie(upgraded).Resource(deploymentsV1).Namespace("default").Patch(context.Background(), "gang",
+		types.MergePatchType, []byte(`{"metadata":{"labels":{"touched":"through-1-36"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gang, err := dynamic.NewForConfigOrDie(old).Resource(deploymentsV1).Namespace("default").Get(context.Background(), "gang", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref, found, _ := unstructured.NestedMap(gang.Object, "spec", "template", "spec", "workloadRef"); found {
+		t.Errorf("FieldsLostOnWrite: workloadRef survived a write through the 1.36.3 server: %v", ref)
 	}
 	client := dynamic.NewForConfigOrDie(old)
 	current, err := client.Resource(crds).Get(context.Background(), "widgets.skew.example.com", metav1.GetOptions{})

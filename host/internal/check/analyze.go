@@ -23,6 +23,8 @@ type analysis struct {
 	traffic *gateway.RequestShapes
 	// selectors answers which field-selector labels each side accepts.
 	selectors *selectorOracle
+	// skew lists the fields one side's schema lacks; nil when not known.
+	skew *schemaSkew
 
 	findings []Finding
 	notes    []string
@@ -660,4 +662,75 @@ func (a *analysis) paramKindFinding(subject string, p *admissionPolicy, bindings
 		f.After = Verdict{Unaffected, "every server serves the paramKind"}
 	}
 	a.add(f)
+}
+
+// fieldFindings: objects that hold fields one side's schema lacks, found in
+// the sets of fields their managers own (metadata.managedFields). A server
+// whose schema lacks a field drops it from every write it handles (or
+// refuses the write under fieldValidation Strict, as kubectl sends), and a
+// client that reads through it and writes back elsewhere clears it.
+func (a *analysis) fieldFindings() {
+	groups := map[fieldGroup][]fieldKey{}
+	for k := range a.scan.fields {
+		g := fieldGroup{k.resource, k.lacksTo}
+		groups[g] = append(groups[g], k)
+	}
+	for _, g := range sortedKeys(groups, func(x, y fieldGroup) int {
+		return cmp.Or(cmp.Compare(x.resource, y.resource), cmp.Compare(boolOrder(x.lacksTo), boolOrder(y.lacksTo)))
+	}) {
+		keys := groups[g]
+		slices.SortFunc(keys, func(x, y fieldKey) int { return cmp.Compare(x.path, y.path) })
+		lacks, has := a.from, a.to
+		if g.lacksTo {
+			lacks, has = a.to, a.from
+		}
+		r, _ := parseTableKey(g.resource)
+		objects := a.scan.fieldObjects[g]
+		var paths, evidence []string
+		for _, k := range keys {
+			u := a.scan.fields[k]
+			paths = append(paths, k.path)
+			managers := sortedKeys(u.managers, strings.Compare)
+			evidence = append(evidence, fmt.Sprintf("%s set %s (metadata.managedFields of field managers %s), e.g. %s",
+				plural(u.objects, "object", "objects"), k.path, strings.Join(quoteAll(managers), ", "), examples(u.examples)))
+		}
+		summary := paths[0]
+		if len(paths) > 1 {
+			summary += fmt.Sprintf(" and %d more", len(paths)-1)
+		}
+		f := Finding{
+			Kind:    KindFields,
+			Subject: r.String(),
+			Summary: fmt.Sprintf("%s %s fields only %s's schema has: %s", plural(objects, "object", "objects"),
+				map[bool]string{true: "sets", false: "set"}[objects == 1], has.label, summary),
+			During: Verdict{Breaks, fmt.Sprintf("%s's schema lacks %s: a write through one of them drops the fields (or is refused "+
+				"under fieldValidation Strict, as kubectl sends), and a read through one of them written back elsewhere clears them "+
+				"(kubernetes/kubernetes#129511, #46073)", servers(lacks), strings.Join(paths, ", "))},
+			Skewgate: fmt.Sprintf("sends writes of %s, and by default reads (--schema-skew-routing), to servers whose schema has every "+
+				"field another server's has", r),
+			Evidence: append([]string{fmt.Sprintf("%s: %s only in %s", a.skew.source, strings.Join(paths, ", "), has.label)}, evidence...),
+		}
+		if lacks == a.to {
+			f.After = Verdict{Breaks, "no server's schema has them: the next write of each of these objects drops them"}
+			f.Skewgate += "; after the upgrade no server has them"
+		} else {
+			f.After = Verdict{Unaffected, "every server's schema has them"}
+		}
+		a.add(f)
+	}
+}
+
+func boolOrder(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = fmt.Sprintf("%q", s)
+	}
+	return out
 }

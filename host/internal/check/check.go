@@ -210,7 +210,11 @@ func check(ctx context.Context, o *Options) (*Report, error) {
 			toObjects = to.api
 		}
 	}
-	sc := newScanner(from.api, to.api)
+	skew, skewNote, err := schemaSkewFor(from, to)
+	if err != nil {
+		return nil, err
+	}
+	sc := newScanner(from.api, to.api, skew)
 	result := newScanResult()
 	fromList, toList := listPlan(from.api, toObjects)
 	for _, plan := range []struct {
@@ -226,7 +230,7 @@ func check(ctx context.Context, o *Options) (*Report, error) {
 		}
 	}
 
-	a := &analysis{from: from, to: to, cfg: config, scan: result, traffic: traffic, selectors: newSelectorOracle(ctx)}
+	a := &analysis{from: from, to: to, cfg: config, scan: result, traffic: traffic, selectors: newSelectorOracle(ctx), skew: skew}
 	a.resourceFindings()
 	a.apiVersionFindings()
 	a.garbageCollectionFindings()
@@ -235,6 +239,7 @@ func check(ctx context.Context, o *Options) (*Report, error) {
 	a.crdShadowFindings(shadowed)
 	a.apiServiceFindings()
 	a.admissionFindings()
+	a.fieldFindings()
 	if err := a.fieldSelectorFindings(); err != nil {
 		return nil, err
 	}
@@ -243,7 +248,12 @@ func check(ctx context.Context, o *Options) (*Report, error) {
 			"serves them, so none exist unless a %s server already runs in the cluster (--to-server of that server counts them): %s",
 			to.label, to.label, strings.Join(toOnlyListable(from.api, to.api), ", ")))
 	}
-	a.notes = append(a.notes, "schemas not compared: which fields each version's schemas lack is the field-level skew data, not yet captured")
+	if skewNote != "" {
+		a.notes = append(a.notes, skewNote)
+	}
+	if result.malformedFields > 0 {
+		a.notes = append(a.notes, fmt.Sprintf("%d managed-fields sets could not be read; their fields were not compared", result.malformedFields))
+	}
 	sortFindings(a.findings)
 
 	report := &Report{

@@ -122,15 +122,19 @@ func (a *analysis) fieldSelectorFindings() error {
 			}
 		}
 	}
+	// Kubelets run where Node objects are registered: those of the current
+	// version, and during the upgrade those of the target's.
+	nodes := a.scan.objects[GroupResource{"", "nodes"}]
 	for _, s := range []*side{a.from, a.to} {
 		v, ok := parseVersion(s.version)
-		if !ok {
+		if !ok || nodes == 0 {
 			continue
 		}
 		for _, k := range knownSelectors {
 			if v.major > k.since.major || v.major == k.since.major && v.minor >= k.since.minor {
 				u := selectorUse{k.resource, k.label}
-				uses[u] = append(uses[u], fmt.Sprintf("%s %d.%d: %s", k.client, v.major, v.minor, k.source))
+				uses[u] = append(uses[u], fmt.Sprintf("%s %d.%d, on the cluster's %s: %s", k.client, v.major, v.minor,
+					plural(nodes, "node", "nodes"), k.source))
 			}
 		}
 	}
@@ -167,7 +171,7 @@ func (a *analysis) fieldSelectorFindings() error {
 			During: Verdict{Breaks, fmt.Sprintf("%s answer 400 (%q is not a known field selector) to lists and watches of %s "+
 				"selecting on it: the clients below fail whenever such a request lands on one (kubernetes/kubernetes#127316)",
 				servers(refuser), u.label, u.r)},
-			Skewgate: "nothing: skewgate routes by resource, not by field selector",
+			Skewgate: fmt.Sprintf("sends lists and watches of %s selecting on %s to the servers that accept it", u.r, u.label),
 			Evidence: append([]string{
 				fmt.Sprintf("%s: %s; %s: %s", a.from.label, describeAcceptance(fromAcc, a.from), a.to.label, describeAcceptance(toAcc, a.to)),
 			}, uses[u]...),

@@ -34,6 +34,7 @@ func TestKubeletSelectorRefusedByTheCurrentServers(t *testing.T) {
 	current := newFakeServer(t, "v1.35.4", "default")
 	current.reportedVersion = "v1.30.14"
 	current.refusedSelectors["/api/v1/services"] = []string{"spec.clusterIP", "spec.type"}
+	current.add("/api/v1/nodes", meta("", "node-1"))
 	target := newFakeServer(t, "v1.35.4", "default")
 	target.reportedVersion = "v1.31.4"
 	skewgate := fakeSkewgate(t,
@@ -53,7 +54,7 @@ func TestKubeletSelectorRefusedByTheCurrentServers(t *testing.T) {
 	}
 	evidence := strings.Join(f.Evidence, "\n")
 	for _, want := range []string{"v1.30.14: refused (a list with it and limit=1); v1.31.4: accepted (a list with it and limit=1)",
-		"kubelet 1.31: pkg/kubelet/kubelet.go", "kubelet/v1.31.4 list 2 times (recorded by skewgate)"} {
+		"kubelet 1.31, on the cluster's 1 node: pkg/kubelet/kubelet.go", "kubelet/v1.31.4 list 2 times (recorded by skewgate)"} {
 		if !strings.Contains(evidence, want) {
 			t.Errorf("evidence lacks %q:\n%s", want, evidence)
 		}
@@ -81,7 +82,7 @@ func TestFieldSelectorsFromACapturedTable(t *testing.T) {
 		!strings.Contains(strings.Join(r.Notes, "\n"), "v1 services spec.type") {
 		t.Fatalf("without a table: findings %v, notes %v\n%s", findingKeys(r), r.Notes, stderr)
 	}
-	table, _ := json.Marshal(map[string][]string{"v1/services": {"metadata.name", "metadata.namespace", "spec.clusterIP", "spec.type"}})
+	table, _ := json.Marshal(map[string]any{"version": "v1.35.4", "resources": map[string][]string{"v1/services": {"metadata.name", "metadata.namespace", "spec.clusterIP", "spec.type"}}})
 	if err := os.WriteFile(filepath.Join(dir, fieldSelectorFile), table, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -127,5 +128,27 @@ func TestFindingsNameTheClientsSkewgateSaw(t *testing.T) {
 	}
 	if len(clients) != len(want) {
 		t.Errorf("clients on %v", clients)
+	}
+}
+
+// TestKubeletSelectorAgainstThePinnedTable is kubernetes#127316 on the
+// pinned 1.30.14 -> 1.31.4 pair: the current 1.30.14 servers are asked, the
+// target answers from the table make fixtures captured from a real 1.31.4.
+func TestKubeletSelectorAgainstThePinnedTable(t *testing.T) {
+	current := newFakeServer(t, "v1.30.14", "default")
+	current.refusedSelectors["/api/v1/services"] = []string{"spec.clusterIP", "spec.type"}
+	current.add("/api/v1/nodes", meta("", "node-1"), meta("", "node-2"))
+	code, r, stderr := runJSON(t, "--kubeconfig", current.kubeconfig(fakeToken), "--to", "v1.31.4")
+	if code != ExitFindings || !slices.Equal(findingKeys(r), []string{"FieldSelector v1 services spec.clusterIP"}) {
+		t.Fatalf("exit %d, findings %v\n%s", code, findingKeys(r), stderr)
+	}
+	if ev := r.Findings[0].Evidence[0]; ev != "v1.30.14: refused (a list with it and limit=1); v1.31.4: accepted (its captured table)" {
+		t.Errorf("evidence %q", ev)
+	}
+	// Without nodes no kubelet runs: nothing selects on the label.
+	bare := newFakeServer(t, "v1.30.14", "default")
+	bare.refusedSelectors["/api/v1/services"] = []string{"spec.clusterIP"}
+	if code, r, _ := runJSON(t, "--kubeconfig", bare.kubeconfig(fakeToken), "--to", "v1.31.4"); code != ExitClean {
+		t.Errorf("without nodes: exit %d, findings %v", code, findingKeys(r))
 	}
 }

@@ -78,6 +78,7 @@ const (
 	KindAdmissionCoverage = "AdmissionCoverage"
 	KindAdmissionParams   = "AdmissionParamKind"
 	KindFieldSelector     = "FieldSelector"
+	KindFields            = "FieldsLostOnWrite"
 )
 
 // Finding is one hazard: what, why (its evidence, each a fact read from the
@@ -110,7 +111,7 @@ type Client struct {
 
 func sortFindings(fs []Finding) {
 	order := []string{KindResource, KindRemovedAPI, KindNewAPI, KindGarbageCollection, KindNamespaceDeletion, KindCRDStoredVersion, KindCRDShadowed,
-		KindAPIService, KindAdmissionCoverage, KindAdmissionParams, KindFieldSelector}
+		KindAPIService, KindAdmissionCoverage, KindAdmissionParams, KindFieldSelector, KindFields}
 	slices.SortStableFunc(fs, func(a, b Finding) int {
 		return cmp.Or(cmp.Compare(slices.Index(order, a.Kind), slices.Index(order, b.Kind)), cmp.Compare(a.Subject, b.Subject))
 	})

@@ -22,13 +22,40 @@ type ownerReference struct {
 }
 
 // managedFieldsEntry records, per field manager, the apiVersion of its last
-// write: which API version a writer actually uses, from the object itself.
+// write: which API version a writer actually uses, from the object itself;
+// and the fields it set (FieldsV1, decoded only for resources whose schemas
+// differ between the sides).
 type managedFieldsEntry struct {
-	Manager     string `json:"manager"`
-	Operation   string `json:"operation"`
-	APIVersion  string `json:"apiVersion"`
-	Time        string `json:"time"`
-	Subresource string `json:"subresource"`
+	Manager     string          `json:"manager"`
+	Operation   string          `json:"operation"`
+	APIVersion  string          `json:"apiVersion"`
+	Time        string          `json:"time"`
+	Subresource string          `json:"subresource"`
+	FieldsV1    json.RawMessage `json:"fieldsV1"`
+}
+
+// objectMetaWithoutFields decodes an object's metadata leaving the managed
+// fields' sets unread: most resources' schemas agree on both sides.
+type objectMetaWithoutFields struct {
+	Name            string           `json:"name"`
+	Namespace       string           `json:"namespace"`
+	OwnerReferences []ownerReference `json:"ownerReferences"`
+	ManagedFields   []struct {
+		Manager     string `json:"manager"`
+		Operation   string `json:"operation"`
+		APIVersion  string `json:"apiVersion"`
+		Time        string `json:"time"`
+		Subresource string `json:"subresource"`
+	} `json:"managedFields"`
+}
+
+func (m *objectMetaWithoutFields) objectMeta() objectMeta {
+	out := objectMeta{Name: m.Name, Namespace: m.Namespace, OwnerReferences: m.OwnerReferences}
+	for _, e := range m.ManagedFields {
+		out.ManagedFields = append(out.ManagedFields, managedFieldsEntry{Manager: e.Manager, Operation: e.Operation,
+			APIVersion: e.APIVersion, Time: e.Time, Subresource: e.Subresource})
+	}
+	return out
 }
 
 // objectRef names one object in evidence.
@@ -85,15 +112,43 @@ type scanResult struct {
 	// writers are managedFields entries whose apiVersion one side serves for
 	// the object's kind and the other does not.
 	writers map[writerKey]*writerUse
+	// fields are the fields objects set that one side's schema lacks, and
+	// fieldObjects counts the objects setting any of a resource's.
+	fields       map[fieldKey]*fieldUse
+	fieldObjects map[fieldGroup]int
+	// malformedFields counts managed-fields sets that could not be read.
+	malformedFields int
+}
+
+// fieldKey is a field path of a resource ("apps/v1/deployments") one side's
+// schema lacks; lacksTo says which.
+type fieldKey struct {
+	resource, path string
+	lacksTo        bool
+}
+
+// fieldGroup is a resource and the side whose schema lacks fields of it.
+type fieldGroup struct {
+	resource string
+	lacksTo  bool
+}
+
+// fieldUse is the objects that set such a field, and who set it.
+type fieldUse struct {
+	objects  int
+	managers map[string]int
+	examples []objectRef
 }
 
 func newScanResult() *scanResult {
 	return &scanResult{
-		objects:    map[GroupResource]int{},
-		namespaces: map[GroupResource]map[string]int{},
-		examples:   map[GroupResource][]objectRef{},
-		owners:     map[[2]string]*ownerUse{},
-		writers:    map[writerKey]*writerUse{},
+		objects:      map[GroupResource]int{},
+		namespaces:   map[GroupResource]map[string]int{},
+		examples:     map[GroupResource][]objectRef{},
+		owners:       map[[2]string]*ownerUse{},
+		writers:      map[writerKey]*writerUse{},
+		fields:       map[fieldKey]*fieldUse{},
+		fieldObjects: map[fieldGroup]int{},
 	}
 }
 
@@ -131,6 +186,22 @@ func (r *scanResult) merge(o *scanResult) {
 		w.latest = max(w.latest, u.latest)
 		w.examples = appendExamples(w.examples, u.examples...)
 	}
+	for k, u := range o.fields {
+		f := r.fields[k]
+		if f == nil {
+			f = &fieldUse{managers: map[string]int{}}
+			r.fields[k] = f
+		}
+		f.objects += u.objects
+		for m, n := range u.managers {
+			f.managers[m] += n
+		}
+		f.examples = appendExamples(f.examples, u.examples...)
+	}
+	for g, n := range o.fieldObjects {
+		r.fieldObjects[g] += n
+	}
+	r.malformedFields += o.malformedFields
 }
 
 func appendExamples(dst []objectRef, add ...objectRef) []objectRef {
@@ -146,14 +217,16 @@ func appendExamples(dst []objectRef, add ...objectRef) []objectRef {
 // scanner classifies objects against the two sides.
 type scanner struct {
 	from, to *API
+	// skew, when not nil, lists the fields one side's schema lacks.
+	skew *schemaSkew
 	// owner kinds and writer versions are classified once: a cluster's
 	// objects name few distinct ones.
 	ownerSkew  map[[2]string]bool
 	writerSkew map[GroupVersionKind]bool
 }
 
-func newScanner(from, to *API) *scanner {
-	return &scanner{from: from, to: to, ownerSkew: map[[2]string]bool{}, writerSkew: map[GroupVersionKind]bool{}}
+func newScanner(from, to *API, skew *schemaSkew) *scanner {
+	return &scanner{from: from, to: to, skew: skew, ownerSkew: map[[2]string]bool{}, writerSkew: map[GroupVersionKind]bool{}}
 }
 
 // kindSkewed reports whether exactly one side serves the kind in that
@@ -192,15 +265,28 @@ func (s *scanner) scanResource(ctx context.Context, c *client, r *Resource, page
 	res := newScanResult()
 	gr := r.GroupResource()
 	oneSided := s.oneSided(gr)
+	withFields := s.skew != nil && s.skew.listsGroupResource(gr)
 	reset := func() { res = newScanResult() }
 	err := c.listAll(ctx, r.path(), acceptMetadataList, pageSize, "listing "+r.String(), reset, func(dec *json.Decoder) error {
-		var item struct {
-			Metadata objectMeta `json:"metadata"`
+		var meta objectMeta
+		if withFields {
+			var item struct {
+				Metadata objectMeta `json:"metadata"`
+			}
+			if err := dec.Decode(&item); err != nil {
+				return err
+			}
+			meta = item.Metadata
+		} else {
+			var item struct {
+				Metadata objectMetaWithoutFields `json:"metadata"`
+			}
+			if err := dec.Decode(&item); err != nil {
+				return err
+			}
+			meta = item.Metadata.objectMeta()
 		}
-		if err := dec.Decode(&item); err != nil {
-			return err
-		}
-		s.classify(res, r, oneSided, &item.Metadata)
+		s.classify(res, r, oneSided, &meta)
 		return nil
 	})
 	if err != nil {
@@ -256,6 +342,55 @@ func (s *scanner) classify(res *scanResult, r *Resource, oneSided bool, m *objec
 		w.objects++
 		w.latest = max(w.latest, f.Time)
 		w.examples = appendExamples(w.examples, ref)
+	}
+	if s.skew != nil {
+		s.classifyFields(res, r, m, ref)
+	}
+}
+
+// classifyFields records the fields the object's managers set that one
+// side's schema lacks, each path once per object.
+func (s *scanner) classifyFields(res *scanResult, r *Resource, m *objectMeta, ref objectRef) {
+	seen := map[fieldKey]bool{}
+	groups := map[fieldGroup]bool{}
+	defer func() {
+		for g := range groups {
+			res.fieldObjects[g]++
+		}
+	}()
+	for _, f := range m.ManagedFields {
+		gv, ok := parseAPIVersion(f.APIVersion)
+		if !ok {
+			continue
+		}
+		rs := s.skew.resources[tableKey(GroupVersionResource{gv, r.Resource})]
+		if rs == nil {
+			continue
+		}
+		resource := tableKey(GroupVersionResource{gv, r.Resource})
+		for _, side := range []struct {
+			trie    *pathTrie
+			lacksTo bool
+		}{{rs.onlyFrom, true}, {rs.onlyTo, false}} {
+			err := side.trie.managedPaths(f.FieldsV1, func(path string) {
+				key := fieldKey{resource, path, side.lacksTo}
+				u := res.fields[key]
+				if u == nil {
+					u = &fieldUse{managers: map[string]int{}}
+					res.fields[key] = u
+				}
+				groups[fieldGroup{resource, side.lacksTo}] = true
+				if !seen[key] {
+					seen[key] = true
+					u.objects++
+					u.examples = appendExamples(u.examples, ref)
+				}
+				u.managers[f.Manager]++
+			})
+			if err != nil {
+				res.malformedFields++
+			}
+		}
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/fixtures"
+	"github.com/skewgate/skewgate/fixtures/fieldselectors"
 )
 
 // side is one version's API servers: what they serve and, for live servers,
@@ -39,12 +40,9 @@ type side struct {
 }
 
 // fieldSelectorFile is the name of a field-selector table next to captured
-// discovery documents: a JSON object mapping a resource ("v1/services" for
-// the core group, "apps/v1/deployments" otherwise) to the labels the servers
-// accept in field selectors of lists and watches of it. `make fixtures`
-// captures one per pinned version (fixtures/<version>/fieldselectors.json);
-// where none is present, the side's acceptance is only known by asking a live
-// server.
+// discovery documents, in the format of the tables `make fixtures` captures
+// for every pinned version (package fixtures/fieldselectors). Without one,
+// a side's acceptance is only known by asking a live server.
 const fieldSelectorFile = "fieldselectors.json"
 
 // pinnedVersions lists the versions whose documents are built in, captured
@@ -98,9 +96,14 @@ func pinnedSide(version string) (*side, error) {
 		return nil, fmt.Errorf("--to %s: the built-in documents of %s: %w", version, pinned, err)
 	}
 	s.version, s.builtinOnly = pinned, true
-	dir := strings.TrimPrefix(pinned, "v")
-	if s.fieldSelectors, err = readFieldSelectors(fixtures.FS, dir+"/"+fieldSelectorFile); err != nil {
+	tables, err := fieldselectors.Tables()
+	if err != nil {
 		return nil, fmt.Errorf("--to %s: %w", version, err)
+	}
+	for _, t := range tables {
+		if t.Version == pinned {
+			s.fieldSelectors = t.Resources
+		}
 	}
 	return s, nil
 }
@@ -160,11 +163,14 @@ func readFieldSelectors(fsys fs.FS, name string) (map[string][]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var table map[string][]string
+	var table fieldselectors.Table
 	if err := json.Unmarshal(raw, &table); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return table, nil
+	if table.Resources == nil {
+		return nil, fmt.Errorf("%s: no resources: a table is {\"version\": ..., \"resources\": {\"v1/services\": [labels], ...}}", name)
+	}
+	return table.Resources, nil
 }
 
 // liveSide reads what a live server serves.
