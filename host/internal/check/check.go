@@ -210,7 +210,15 @@ func check(ctx context.Context, o *Options) (*Report, error) {
 			toObjects = to.api
 		}
 	}
-	skew, skewNote, err := schemaSkewFor(from, to)
+	// The schemas: a live target's own, compared with the current server's;
+	// otherwise the captured comparison of the two minor versions.
+	var skew *schemaSkew
+	var skewNote string
+	if to.client != nil {
+		skew, err = liveSchemaSkew(ctx, from, to)
+	} else {
+		skew, skewNote, err = schemaSkewFor(from, to)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,9 @@ func newTestFlagSet(o *Options) *pflag.FlagSet {
 
 // findingKeys lists "Kind Subject" of every finding.
 func findingKeys(r *Report) []string {
+	if r == nil {
+		return []string{"(no report)"}
+	}
 	var out []string
 	for _, f := range r.Findings {
 		out = append(out, f.Kind+" "+f.Subject)

@@ -3,9 +3,11 @@ package check
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -36,6 +38,8 @@ type fakeServer struct {
 	uid     string
 	// reportedVersion, when set, is the gitVersion /version answers instead.
 	reportedVersion string
+	// openAPI holds OpenAPI v3 documents by index path ("apis/apps/v1").
+	openAPI map[string]string
 
 	mu sync.Mutex
 	// objects are whole objects by collection path (/api/v1/configmaps).
@@ -112,8 +116,20 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
 		_, _ = w.Write(body)
 		return
+	case "/openapi/v3":
+		index := map[string]any{}
+		for path, doc := range f.openAPI {
+			index[path] = map[string]string{"serverRelativeURL": fmt.Sprintf("/openapi/v3/%s?hash=%X", path, sha256.Sum256([]byte(doc)))}
+		}
+		body, _ := json.Marshal(map[string]any{"paths": index})
+		_, _ = w.Write(body)
+		return
 	case "/api/v1/namespaces/kube-system":
 		fmt.Fprintf(w, `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"kube-system","uid":%q}}`, f.uid)
+		return
+	}
+	if doc, ok := f.openAPI[strings.TrimPrefix(r.URL.Path, "/openapi/v3/")]; ok {
+		_, _ = io.WriteString(w, doc)
 		return
 	}
 	f.serveList(w, r)

@@ -1,11 +1,16 @@
 package check
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/url"
 	"strings"
 
+	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/fixtures"
+	"github.com/skewgate/skewgate/host/internal/schemafields"
 )
 
 // schemaSkew is, per resource ("apps/v1/deployments"), the field paths one
@@ -62,6 +67,113 @@ func schemaSkewFor(from, to *side) (*schemaSkew, string, error) {
 		return skew, "", nil
 	}
 	return nil, fmt.Sprintf("schemas not compared: no captured comparison of Kubernetes %d.%d and %d.%d", fv.major, fv.minor, tv.major, tv.minor), nil
+}
+
+// liveSchemaSkew compares the OpenAPI v3 schemas two live servers serve, for
+// every group version both serve whose documents differ (the index's hashes),
+// reducing each document to its kinds' field paths as skewgate's controller
+// does (package schemafields) and keeping only the paths.
+func liveSchemaSkew(ctx context.Context, from, to *side) (*schemaSkew, error) {
+	fromIndex, err := openAPIIndex(ctx, from.client)
+	if err != nil {
+		return nil, err
+	}
+	toIndex, err := openAPIIndex(ctx, to.client)
+	if err != nil {
+		return nil, err
+	}
+	skew := &schemaSkew{
+		source:    fmt.Sprintf("the OpenAPI v3 schemas %s and %s serve (GET /openapi/v3)", from.label, to.label),
+		resources: map[string]*resourceSkew{},
+	}
+	for path, fromEntry := range fromIndex {
+		toEntry, ok := toIndex[path]
+		gv, isGroupVersion := openAPIGroupVersion(path)
+		if !ok || !isGroupVersion || fromEntry.Hash == toEntry.Hash || !from.api.ServesGroupVersion(gv) || !to.api.ServesGroupVersion(gv) {
+			continue
+		}
+		fromDoc, err := openAPIDocument(ctx, from.client, fromEntry, gv)
+		if err != nil {
+			return nil, err
+		}
+		toDoc, err := openAPIDocument(ctx, to.client, toEntry, gv)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range from.api.sortedResources() {
+			if r.GroupVersion != gv || to.api.resource(r.GroupVersionResource) == nil {
+				continue
+			}
+			k := discovery.GVK{Group: gv.Group, Version: gv.Version, Kind: r.Kind}
+			fk, fok := fromDoc.Kinds[k]
+			tk, tok := toDoc.Kinds[k]
+			if !fok || !tok || fk.Truncated || tk.Truncated {
+				continue
+			}
+			onlyFrom, _ := tk.Fields.Lacks(fk.Fields, fk.Fields.Len())
+			onlyTo, _ := fk.Fields.Lacks(tk.Fields, tk.Fields.Len())
+			if len(onlyFrom) > 0 || len(onlyTo) > 0 {
+				skew.resources[tableKey(r.GroupVersionResource)] = &resourceSkew{onlyFrom: newPathTrie(onlyFrom), onlyTo: newPathTrie(onlyTo)}
+			}
+		}
+	}
+	return skew, nil
+}
+
+// openAPIIndex reads a server's /openapi/v3 index by path.
+func openAPIIndex(ctx context.Context, c *client) (map[string]discovery.OpenAPIPath, error) {
+	resp, err := c.get(ctx, "/openapi/v3", nil, acceptJSON)
+	if err != nil {
+		return nil, c.requestError("reading the OpenAPI v3 index /openapi/v3", err)
+	}
+	defer closeBody(resp)
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, c.transportError(err)
+	}
+	paths, err := discovery.ParseOpenAPIIndex(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: /openapi/v3: %w", c.where(), err)
+	}
+	index := make(map[string]discovery.OpenAPIPath, len(paths))
+	for _, p := range paths {
+		index[p.Path] = p
+	}
+	return index, nil
+}
+
+// openAPIGroupVersion reads "apis/apps/v1" or "api/v1".
+func openAPIGroupVersion(path string) (GroupVersion, bool) {
+	if v, ok := strings.CutPrefix(path, "api/"); ok && !strings.Contains(v, "/") {
+		return GroupVersion{"", v}, true
+	}
+	rest, ok := strings.CutPrefix(path, "apis/")
+	group, version, found := strings.Cut(rest, "/")
+	if !ok || !found || group == "" || version == "" || strings.Contains(version, "/") {
+		return GroupVersion{}, false
+	}
+	return GroupVersion{group, version}, true
+}
+
+// openAPIDocument reads one group version's document and reduces it.
+func openAPIDocument(ctx context.Context, c *client, p discovery.OpenAPIPath, gv GroupVersion) (*schemafields.Document, error) {
+	what := "reading the OpenAPI v3 document of " + gv.String()
+	u, query, _ := strings.Cut(p.URL(), "?")
+	values, _ := url.ParseQuery(query)
+	resp, err := c.get(ctx, u, values, acceptJSON)
+	if err != nil {
+		return nil, c.requestError(what, err)
+	}
+	defer closeBody(resp)
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, c.transportError(err)
+	}
+	doc, err := schemafields.Reduce(raw, gv.Group, gv.Version)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s: %w", c.where(), what, err)
+	}
+	return doc, nil
 }
 
 func sameMinor(a, b version) bool { return a.major == b.major && a.minor == b.minor }

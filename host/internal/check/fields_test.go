@@ -77,3 +77,45 @@ func TestPathTrieMatchesManagedFieldsSets(t *testing.T) {
 		t.Error("a malformed set was read")
 	}
 }
+
+// deploymentSchema is a minimal OpenAPI v3 document of apps/v1 whose
+// Deployment pod template has the given field.
+func deploymentSchema(podField string) string {
+	return `{"components":{"schemas":{"io.k8s.api.apps.v1.Deployment":{"x-kubernetes-group-version-kind":[{"group":"apps","version":"v1","kind":"Deployment"}],` +
+		`"properties":{"spec":{"$ref":"#/components/schemas/spec"}}},` +
+		`"spec":{"properties":{"replicas":{"type":"integer"},"template":{"properties":{"spec":{"properties":{"` + podField + `":{"properties":{"name":{"type":"string"}}}}}}}}}}}}`
+}
+
+// TestFieldsFromALiveTargetsSchemas: against a live target the two servers'
+// own OpenAPI v3 documents are compared, whatever their versions.
+func TestFieldsFromALiveTargetsSchemas(t *testing.T) {
+	current := newFakeServer(t, "v1.35.4", "default")
+	current.openAPI = map[string]string{"apis/apps/v1": deploymentSchema("workloadRef"), "api/v1": `{"components":{"schemas":{}}}`}
+	current.add("/apis/apps/v1/deployments", meta("team", "gang", writtenFields("workload-operator", "apps/v1",
+		`{"f:spec":{"f:template":{"f:spec":{"f:workloadRef":{".":{},"f:name":{}}}}}}`)))
+	target := newFakeServer(t, "v1.36.3", "default")
+	target.reportedVersion = "v1.36.9" // a version no comparison was captured for
+	target.openAPI = map[string]string{"apis/apps/v1": deploymentSchema("schedulingGroup"), "api/v1": `{"components":{"schemas":{}}}`}
+	code, r, stderr := runJSON(t, "--kubeconfig", current.kubeconfig(fakeToken), "--to-server", target.server.URL)
+	if code != ExitFindings || !slices.Equal(findingKeys(r), []string{"FieldsLostOnWrite apps/v1 deployments"}) {
+		t.Fatalf("exit %d, findings %v\n%s", code, findingKeys(r), stderr)
+	}
+	f := r.Findings[0]
+	if f.Summary != "1 object sets fields only v1.35.4's schema has: spec.template.spec.workloadRef and 1 more" ||
+		!strings.Contains(f.Evidence[0], "the OpenAPI v3 schemas v1.35.4 and v1.36.9 serve (GET /openapi/v3)") {
+		t.Errorf("summary %q, evidence %q", f.Summary, f.Evidence[0])
+	}
+	// The same documents on both sides (the index's hashes agree) are not fetched.
+	target.openAPI = current.openAPI
+	target.mu.Lock()
+	target.requests = nil
+	target.mu.Unlock()
+	if code, r, _ := runJSON(t, "--kubeconfig", current.kubeconfig(fakeToken), "--to-server", target.server.URL); code != ExitClean {
+		t.Errorf("identical schemas: exit %d, findings %v", code, findingKeys(r))
+	}
+	for _, req := range target.requests {
+		if strings.HasPrefix(req, "/openapi/v3/") {
+			t.Errorf("fetched %s although its hash matched", req)
+		}
+	}
+}
