@@ -14,9 +14,9 @@ var buildFlags = []string{"-trimpath", "-tags", "grpcnotrace"}
 // maxBinarySize is bin/skewgate's budget, unstripped, in bytes. Field-level
 // skew added about 0.23 MB to the 38.0 MB before it: the snapshot's new
 // members, the OpenAPI v3 schema reduction and the embedded field-selector
-// tables. skewgate check added 0.5 MB of code and the 0.5 MB of captured
-// documents it checks pinned versions against.
-const maxBinarySize = 39_300_000
+// tables. skewgate check added 1.2 MB (39.40 MB measured): its code and the
+// 0.5 MB of captured documents it compares a cluster against.
+const maxBinarySize = 39_500_000
 
 // sizeAdvice names what has made the binary grow before.
 const sizeAdvice = `see what links it: go list -tags grpcnotrace -deps ./host/cmd/skewgate, ` +
