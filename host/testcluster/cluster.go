@@ -503,15 +503,32 @@ func (c *Cluster) Stop(i int) error {
 // current version) on the same port and host name, so URL and ServerID are unchanged. It returns
 // once the new process is ready and has taken over its identity lease.
 func (c *Cluster) Restart(ctx context.Context, i int, version string) error {
+	return c.restart(ctx, i, func(spec *ServerSpec) {
+		if version != "" {
+			spec.Version = version
+		}
+	})
+}
+
+// RestartAs is Restart with a new specification for server i, as an upgrade that also changes a
+// server's flags does; its Name stays.
+func (c *Cluster) RestartAs(ctx context.Context, i int, spec ServerSpec) error {
+	return c.restart(ctx, i, func(s *ServerSpec) {
+		spec.Name = s.Name
+		*s = spec
+	})
+}
+
+func (c *Cluster) restart(ctx context.Context, i int, change func(*ServerSpec)) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return errors.New("cluster is closed")
 	}
 	s := c.servers[i]
-	if version == "" {
-		version = s.spec.Version
-	}
+	spec := s.spec
+	change(&spec)
+	version := spec.Version
 	if _, err := parseReleaseVersion(version); err != nil {
 		return err
 	}
@@ -523,7 +540,7 @@ func (c *Cluster) Restart(ctx context.Context, i int, version string) error {
 		s.proc.Stop(s.stopGrace())
 	}
 	s.info.Running = false
-	s.spec.Version = version
+	s.spec = spec
 	s.info.Version = version
 	if err := c.launch(ctx, s, binary, false); err != nil {
 		return err

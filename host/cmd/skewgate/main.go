@@ -2,6 +2,7 @@
 // load balancer.
 //
 //	skewgate serve [flags]              run the standalone gateway
+//	skewgate check --to VERSION [flags] find what an upgrade to VERSION would break
 //	skewgate discovery merge FILE...    merge servers' own /apis (or /api) documents
 //	skewgate envoy config [flags]       render an Envoy configuration for the plugin
 //	skewgate version                    print the build's version
@@ -30,6 +31,7 @@ func main() {
 
 const usage = `Usage:
   skewgate serve [flags]              run the standalone gateway
+  skewgate check --to VERSION [flags] find what an upgrade to VERSION would break
   skewgate discovery merge FILE...    merge servers' own /apis (or /api) documents
   skewgate envoy config [flags]       render an Envoy configuration for the plugin
   skewgate version                    print the build's version
@@ -49,6 +51,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch cmd, rest := args[0], args[1:]; {
 	case cmd == "serve":
 		err = runServe(rest, stderr)
+	case cmd == "check":
+		return runCheck(rest, stdout, stderr)
 	case cmd == "discovery" && len(rest) > 0 && rest[0] == "merge":
 		err = runDiscoveryMerge(rest[1:], stdout, stderr)
 	case cmd == "envoy" && len(rest) > 0 && rest[0] == "config":

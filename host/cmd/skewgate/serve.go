@@ -37,7 +37,7 @@ func runServe(args []string, stderr io.Writer) error {
 	fs.StringArrayVar(&cfg.APIServers, "apiserver", nil, "API server URL https://host:port (repeatable)")
 	fs.StringVar(&cfg.LocalAPIServer, "local-apiserver", "", "node-local mode: URL of this node's own API server, which takes every request it can serve while it is healthy")
 	fs.StringVar(&cfg.IdentityMode, "identity-mode", string(config.DefaultIdentityMode), "passthrough (forward credentials) or front-proxy (assert verified client certificates as X-Remote-* headers)")
-	fs.StringVar(&cfg.MetricsBindAddress, "metrics-bind-address", serve.DefaultMetricsBindAddress, "host:port for /metrics, /healthz, /readyz, /debug/snapshot and the status page (plain HTTP)")
+	fs.StringVar(&cfg.MetricsBindAddress, "metrics-bind-address", serve.DefaultMetricsBindAddress, "host:port for /metrics, /healthz, /readyz, /debug/snapshot, /debug/requests and the status page (plain HTTP)")
 	fs.BoolVar(&cfg.Profiling, "profiling", false, "serve Go's CPU, heap, allocation and goroutine profiles under /debug/pprof/ on the metrics listener")
 	fs.StringVar(&cfg.EnvoyECDSFile, "envoy-ecds-file", "", "also write every accepted plugin configuration to this Envoy ECDS file (atomically)")
 	fs.StringVar(&cfg.EnvoyWasmPath, "envoy-wasm-path", "", "plugin module path Envoy loads, written into the ECDS file and served over xDS (default for the ECDS file: the absolute --wasm path; required with --xds-bind-address)")

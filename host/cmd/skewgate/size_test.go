@@ -14,8 +14,9 @@ var buildFlags = []string{"-trimpath", "-tags", "grpcnotrace"}
 // maxBinarySize is bin/skewgate's budget, unstripped, in bytes. Field-level
 // skew added about 0.23 MB to the 38.0 MB before it: the snapshot's new
 // members, the OpenAPI v3 schema reduction and the embedded field-selector
-// tables.
-const maxBinarySize = 38_300_000
+// tables. skewgate check added 1.2 MB (39.40 MB measured): its code and the
+// 0.5 MB of captured documents it compares a cluster against.
+const maxBinarySize = 39_500_000
 
 // sizeAdvice names what has made the binary grow before.
 const sizeAdvice = `see what links it: go list -tags grpcnotrace -deps ./host/cmd/skewgate, ` +
@@ -40,7 +41,8 @@ func TestBuiltBinaryFitsSizeBudget(t *testing.T) {
 
 // TestBinaryLinksNoTemplatesAPITypesOrDemo lists the packages bin/skewgate
 // links: none of those that have made it large, nor the demo, its fakes or
-// test helpers.
+// test helpers. The captured documents (package fixtures) are linked: they
+// are what `skewgate check --to VERSION` compares against.
 func TestBinaryLinksNoTemplatesAPITypesOrDemo(t *testing.T) {
 	args := append(append([]string{"list", "-deps"}, buildFlags...), "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, ".")
 	out, err := exec.Command("go", args...).CombinedOutput()
@@ -51,7 +53,7 @@ func TestBinaryLinksNoTemplatesAPITypesOrDemo(t *testing.T) {
 		"text/template", "html/template",
 		"k8s.io/api/core/v1", "k8s.io/client-go/kubernetes",
 		"github.com/skewgate/skewgate/host/internal/demo", "github.com/skewgate/skewgate/host/internal/devpki",
-		"github.com/skewgate/skewgate/fixtures", "github.com/skewgate/skewgate/discovery/discoverytest",
+		"github.com/skewgate/skewgate/discovery/discoverytest",
 	}
 	importers := map[string][]string{}
 	for line := range strings.Lines(string(out)) {

@@ -117,7 +117,9 @@ type Options struct {
 	// its request is not retried. Defaults DefaultMaxBufferedRequestBytes and
 	// DefaultMaxBufferedRequestBytesPerClient (at most the total).
 	MaxBufferedRequestBytes, MaxBufferedRequestBytesPerClient int64
-	Logger                                                    *slog.Logger
+	// Requests, when set, counts the shapes of the resource requests received.
+	Requests *RequestLog
+	Logger   *slog.Logger
 }
 
 func (o Options) complete() (Options, error) {
@@ -405,6 +407,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength != 0 && r.ProtoMajor == 1 {
 		rec.body = &trackedBody{ReadCloser: r.Body}
 		r.Body = rec.body
+	}
+	if g.opts.Requests != nil {
+		g.opts.Requests.Record(r)
 	}
 
 	s := g.state.Load()

@@ -48,6 +48,7 @@ func (s *Server) metricsHandler() http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		_, _ = w.Write(cur.raw)
 	})
+	mux.Handle("GET /debug/requests", s.requests)
 	mux.HandleFunc("GET /{$}", s.serveStatusPage)
 	if s.cfg.Profiling {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)

@@ -86,3 +86,33 @@ func TestProfilesAreServedOnlyWithProfilingOn(t *testing.T) {
 		})
 	}
 }
+
+func TestDebugRequestsServesTheShapesOfRequestsReceived(t *testing.T) {
+	f := newFixture(t)
+	s := f.startServer(t)
+	target := "https://" + s.GatewayAddr().String() + "/api/v1/namespaces/default/pods?fieldSelector=spec.nodeName%3Dnode-7"
+	if code, _, body := get(t, f.gatewayClient(), target); code != http.StatusOK {
+		t.Fatalf("request through the gateway: %d: %s", code, body)
+	}
+	code, header, body := get(t, &http.Client{Timeout: 10 * time.Second}, "http://"+s.MetricsAddr().String()+"/debug/requests")
+	if code != http.StatusOK || header.Get("Content-Type") != "application/json" {
+		t.Fatalf("/debug/requests: %d %s: %s", code, header.Get("Content-Type"), body)
+	}
+	var shapes struct {
+		Shapes []struct {
+			Resource, Verb, UserAgent string
+			FieldSelector             []string
+			Count                     int
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &shapes); err != nil {
+		t.Fatal(err)
+	}
+	if len(shapes.Shapes) != 1 || shapes.Shapes[0].Resource != "pods" || shapes.Shapes[0].Verb != "list" ||
+		strings.Join(shapes.Shapes[0].FieldSelector, ",") != "spec.nodeName" || shapes.Shapes[0].Count != 1 {
+		t.Errorf("/debug/requests: %s", body)
+	}
+	if strings.Contains(body, "node-7") || strings.Contains(body, "default") {
+		t.Errorf("/debug/requests holds a selector value or a namespace: %s", body)
+	}
+}

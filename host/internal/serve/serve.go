@@ -3,8 +3,9 @@
 // wazero-hosted VMs (and, optionally, an Envoy ECDS file and the xDS
 // management server's resource), and the gateway proxies client traffic
 // through the plugin. A second, plain-HTTP listener
-// serves /metrics, /healthz, /readyz, /debug/snapshot, the status page and,
-// with profiling on, /debug/pprof/.
+// serves /metrics, /healthz, /readyz, /debug/snapshot, /debug/requests (the
+// shapes of the requests received), the status page and, with profiling on,
+// /debug/pprof/.
 package serve
 
 import (
@@ -178,6 +179,9 @@ type Server struct {
 	ctrl    *controller.Controller
 	gw      *gateway.Gateway
 	plugins *pluginSlot
+	// requests counts the shapes of the requests the gateway receives,
+	// served at /debug/requests for `skewgate check --from-skewgate`.
+	requests *gateway.RequestLog
 
 	certificates *certfile.Watcher
 
@@ -250,8 +254,10 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	s.requests = gateway.NewRequestLog(gateway.DefaultRequestShapes)
 	gwOpts := gateway.Options{
 		Plugin:            s.plugins,
+		Requests:          s.requests,
 		PeerRootCAs:       peerCA.Pool(),
 		PeerServerName:    cfg.PeerServerName,
 		RoutingHeader:     cfg.RoutingHeader,
