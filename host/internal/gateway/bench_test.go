@@ -44,6 +44,14 @@ func BenchmarkGatewayRequest(b *testing.B) {
 	benchmarkGet(b, h.client(nil, true), h.front.URL+commonPods)
 }
 
+// BenchmarkGatewayRequestRecorded is BenchmarkGatewayRequest with the record
+// of request shapes skewgate serve keeps (for skewgate check): its cost is the
+// difference.
+func BenchmarkGatewayRequestRecorded(b *testing.B) {
+	h := newHarness(b, harnessConfig{handler: fastBackend, options: func(o *Options) { o.Requests = NewRequestLog(0) }})
+	benchmarkGet(b, h.client(nil, true), h.front.URL+commonPods)
+}
+
 // BenchmarkPlainReverseProxy is the same request through a bare
 // httputil.ReverseProxy with the same TLS on both sides: the cost skewgate
 // adds is the difference.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/fields"
 
@@ -66,9 +67,11 @@ type shapeKey struct {
 type RequestLog struct {
 	limit int
 
-	mu         sync.Mutex
-	counts     map[shapeKey]uint64
-	unrecorded uint64
+	// mu guards the map; a shape already held is counted under the read
+	// lock, so concurrent requests only contend when a shape is new.
+	mu         sync.RWMutex
+	counts     map[shapeKey]*atomic.Uint64
+	unrecorded atomic.Uint64
 }
 
 // NewRequestLog holds at most limit shapes (DefaultRequestShapes if limit is
@@ -77,7 +80,7 @@ func NewRequestLog(limit int) *RequestLog {
 	if limit <= 0 {
 		limit = DefaultRequestShapes
 	}
-	return &RequestLog{limit: limit, counts: map[shapeKey]uint64{}}
+	return &RequestLog{limit: limit, counts: map[shapeKey]*atomic.Uint64{}}
 }
 
 // Record counts r's shape if it is a resource request.
@@ -98,19 +101,28 @@ func (l *RequestLog) Record(r *http.Request) {
 			key.fieldSelector = fieldSelectorLabels(selector)
 		}
 	}
+	l.mu.RLock()
+	n := l.counts[key]
+	l.mu.RUnlock()
+	if n != nil {
+		n.Add(1)
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if n, ok := l.counts[key]; ok {
-		l.counts[key] = n + 1
+	if n := l.counts[key]; n != nil {
+		n.Add(1)
 		return
 	}
 	if len(l.counts) >= l.limit {
-		l.unrecorded++
+		l.unrecorded.Add(1)
 		return
 	}
 	key.group, key.version, key.resource = strings.Clone(key.group), strings.Clone(key.version), strings.Clone(key.resource)
 	key.subresource, key.verb, key.userAgent = strings.Clone(key.subresource), strings.Clone(key.verb), strings.Clone(key.userAgent)
-	l.counts[key] = 1
+	n = new(atomic.Uint64)
+	n.Store(1)
+	l.counts[key] = n
 }
 
 // userAgentProduct is a User-Agent's first product token ("kubelet/v1.36.3"
@@ -141,17 +153,17 @@ func fieldSelectorLabels(selector string) string {
 
 // Shapes returns the record, most frequent shapes first.
 func (l *RequestLog) Shapes() RequestShapes {
-	l.mu.Lock()
-	out := RequestShapes{Limit: l.limit, Unrecorded: l.unrecorded, Shapes: make([]RequestShape, 0, len(l.counts))}
+	l.mu.RLock()
+	out := RequestShapes{Limit: l.limit, Unrecorded: l.unrecorded.Load(), Shapes: make([]RequestShape, 0, len(l.counts))}
 	for k, n := range l.counts {
 		s := RequestShape{Group: k.group, Version: k.version, Resource: k.resource, Subresource: k.subresource,
-			Verb: k.verb, UserAgent: k.userAgent, Count: n}
+			Verb: k.verb, UserAgent: k.userAgent, Count: n.Load()}
 		if k.fieldSelector != "" {
 			s.FieldSelector = strings.Split(k.fieldSelector, ",")
 		}
 		out.Shapes = append(out.Shapes, s)
 	}
-	l.mu.Unlock()
+	l.mu.RUnlock()
 	slices.SortFunc(out.Shapes, func(a, b RequestShape) int {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Group, b.Group), cmp.Compare(a.Resource, b.Resource),
 			cmp.Compare(a.Version, b.Version), cmp.Compare(a.Verb, b.Verb), cmp.Compare(a.UserAgent, b.UserAgent),
