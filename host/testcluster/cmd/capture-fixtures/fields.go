@@ -15,6 +15,7 @@ import (
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/fixtures"
 	"github.com/skewgate/skewgate/host/internal/schemafields"
 	"github.com/skewgate/skewgate/host/testcluster"
 )
@@ -41,22 +42,6 @@ type FieldSelectorTable struct {
 	// WithoutSchema lists resources whose kind the version's OpenAPI v3 documents lack, so only
 	// the metadata labels were probed.
 	WithoutSchema []string `json:"withoutSchema"`
-}
-
-// SchemaSkew lists, for two pinned versions, the resources both default servers serve whose
-// kinds' OpenAPI v3 field-path sets differ.
-type SchemaSkew struct {
-	Older     string               `json:"older"`
-	Newer     string               `json:"newer"`
-	Resources []SchemaSkewResource `json:"resources"`
-}
-
-// SchemaSkewResource is one resource of a SchemaSkew, with every path only one side has.
-type SchemaSkewResource struct {
-	Resource    string   `json:"resource"`
-	Kind        string   `json:"kind"`
-	OnlyInNewer []string `json:"onlyInNewer"`
-	OnlyInOlder []string `json:"onlyInOlder"`
 }
 
 // resource is a top-level resource as discovery describes it.
@@ -304,8 +289,8 @@ func tableJSON(version string, labels map[string][]string) ([]byte, error) {
 
 // compareSchemas lists the resources both versions' default servers serve whose kinds' field
 // paths differ.
-func (c *capturer) compareSchemas(older, newer string) SchemaSkew {
-	skew := SchemaSkew{Older: older, Newer: newer, Resources: []SchemaSkewResource{}}
+func (c *capturer) compareSchemas(older, newer string) fixtures.SchemaSkew {
+	skew := fixtures.SchemaSkew{Older: older, Newer: newer, Resources: []fixtures.SchemaSkewResource{}}
 	for _, key := range slices.Sorted(maps.Keys(c.fields[newer])) {
 		n := c.fields[newer][key]
 		o, ok := c.fields[older][key]
@@ -317,7 +302,7 @@ func (c *capturer) compareSchemas(older, newer string) SchemaSkew {
 		if len(onlyInNewer) == 0 && len(onlyInOlder) == 0 {
 			continue
 		}
-		skew.Resources = append(skew.Resources, SchemaSkewResource{Resource: key, Kind: n.kind,
+		skew.Resources = append(skew.Resources, fixtures.SchemaSkewResource{Resource: key, Kind: n.kind,
 			OnlyInNewer: nonNil(onlyInNewer), OnlyInOlder: nonNil(onlyInOlder)})
 	}
 	c.log.Printf("schemas %s -> %s: %d resources differ", older, newer, len(skew.Resources))

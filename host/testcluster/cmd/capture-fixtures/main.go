@@ -34,6 +34,7 @@ import (
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 
+	"github.com/skewgate/skewgate/fixtures"
 	"github.com/skewgate/skewgate/host/testcluster"
 )
 
@@ -218,7 +219,7 @@ type capturer struct {
 	fields map[string]map[string]kindFields
 	labels map[string]map[string][]string
 	// schemaSkew compares the schemas of each of skewPairs.
-	schemaSkew []SchemaSkew
+	schemaSkew []fixtures.SchemaSkew
 }
 
 type logger struct{ *log.Logger }

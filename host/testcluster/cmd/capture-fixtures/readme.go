@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+
+	"github.com/skewgate/skewgate/fixtures"
 )
 
 func goVersion() string { return runtime.Version() }
@@ -23,7 +25,7 @@ func notes() []string {
 }
 
 // readme renders fixtures/README.md from the manifest, so it always describes the actual capture.
-func readme(m Manifest, labels map[string]map[string][]string, schemaSkew []SchemaSkew) string {
+func readme(m Manifest, labels map[string]map[string][]string, schemaSkew []fixtures.SchemaSkew) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 
