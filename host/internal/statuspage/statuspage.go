@@ -355,7 +355,7 @@ func (p *page) write(v view) {
 	p.WriteString("</table>\n")
 
 	p.WriteString("\n<h2>Group versions</h2>\n<table>\n")
-	p.matrixHeader("Group/version", v.Servers)
+	p.serverHeader("Group/version", "", v.Servers)
 	for _, r := range v.GroupVersions {
 		p.rowStart(r)
 		for _, c := range r.Cells {
@@ -374,7 +374,7 @@ func (p *page) write(v view) {
 	p.WriteString("\n<h2>Resources</h2>\n<details")
 	p.when(v.SkewedResource > 0, " open", "")
 	p.WriteString(">\n<summary>" + strconv.Itoa(len(v.Resources)) + " resources, " + strconv.Itoa(v.SkewedResource) + " skewed</summary>\n<table>\n")
-	p.matrixHeader("Group/version/resource", v.Servers)
+	p.serverHeader("Group/version/resource", "", v.Servers)
 	for _, r := range v.Resources {
 		p.rowStart(r)
 		for _, c := range r.Cells {
@@ -389,9 +389,9 @@ func (p *page) write(v view) {
 		p.WriteString("<p class=\"summary\">Every server that serves a resource accepts the same field-selector labels for it.</p>\n")
 	} else {
 		p.WriteString("<p class=\"summary\">Resources whose field-selector labels differ between the servers: a list or watch whose selector names a label goes only to servers that accept it.</p>\n<table>\n")
-		p.fieldHeader("Resource", "Accepted by every server", v.Servers)
+		p.serverHeader("Resource", "Accepted by every server", v.Servers)
 		for _, r := range v.FieldSelectors {
-			p.fieldRowStart(r.Name)
+			p.rowStart(row{Name: r.Name, Skewed: true})
 			p.WriteString(`<td class="mono">`)
 			p.text(strings.Join(r.Common, ", "))
 			p.WriteString("</td>")
@@ -409,9 +409,9 @@ func (p *page) write(v view) {
 	} else {
 		p.WriteString("<p class=\"summary\">Resources whose schema lacks fields on some servers (at most " + strconv.Itoa(discovery.MaxMissingFields) +
 			" shown each): their requests go to the servers whose schema has them all.</p>\n<table>\n")
-		p.fieldHeader("Resource", "", v.Servers)
+		p.serverHeader("Resource", "", v.Servers)
 		for _, r := range v.MissingFields {
-			p.fieldRowStart(r.Name)
+			p.rowStart(row{Name: r.Name, Skewed: true})
 			for _, c := range r.Cells {
 				p.fieldCell(c, "lacks", "has every field", "missing", "served")
 			}
@@ -423,9 +423,9 @@ func (p *page) write(v view) {
 	p.WriteString(foot)
 }
 
-// fieldHeader writes the header row of a resource × server table, with an
-// extra column when extra is set.
-func (p *page) fieldHeader(first, extra string, servers []serverColumn) {
+// serverHeader writes the header row of a table with a column per server,
+// after the first column and, when set, an extra one.
+func (p *page) serverHeader(first, extra string, servers []serverColumn) {
 	p.WriteString("<tr><th>" + first + "</th>")
 	if extra != "" {
 		p.WriteString("<th>" + extra + "</th>")
@@ -438,12 +438,6 @@ func (p *page) fieldHeader(first, extra string, servers []serverColumn) {
 		p.WriteString("</span></th>")
 	}
 	p.WriteString("</tr>\n")
-}
-
-func (p *page) fieldRowStart(name string) {
-	p.WriteString(`<tr class="skewed"><th class="api mono">`)
-	p.text(name)
-	p.WriteString("</th>")
 }
 
 // fieldCell writes one server's names for a resource, listed after label in
@@ -463,19 +457,6 @@ func (p *page) fieldCell(c fieldCell, label, none, namesClass, noneClass string)
 		p.text(strings.Join(c.Names, ", "))
 		p.WriteString("</span></td>")
 	}
-}
-
-// matrixHeader writes the header row of a server × API table.
-func (p *page) matrixHeader(first string, servers []serverColumn) {
-	p.WriteString("<tr><th>" + first + "</th>")
-	for _, s := range servers {
-		p.WriteString("<th>")
-		p.text(s.Version)
-		p.WriteString(`<br><span class="mono">`)
-		p.text(s.Cluster)
-		p.WriteString("</span></th>")
-	}
-	p.WriteString("</tr>\n")
 }
 
 // rowStart opens an API's row, marked when it is skewed.
