@@ -1,7 +1,3 @@
-// Package plugintest is the plugin's behaviour suite, written once and run
-// against every host the plugin meets: natively and as the built module under
-// proxytest (plugin/), and as the built module in skewgate's Envoy-faithful
-// wazero host (host/internal/wasmhost).
 package plugintest
 
 import (

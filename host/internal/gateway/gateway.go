@@ -245,17 +245,6 @@ func New(opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-// Apply makes rt current, for a routing that needs no new plugin
-// configuration.
-func (g *Gateway) Apply(rt Routing) error {
-	staged, err := g.Stage(rt)
-	if err != nil {
-		return err
-	}
-	staged.Commit()
-	return nil
-}
-
 // Staged is a routing built by Stage and not yet current.
 type Staged struct {
 	g         *Gateway
@@ -338,14 +327,6 @@ func (g *Gateway) build(rt Routing, old *state) (*state, error) {
 		next.byCluster[srv.Cluster] = b
 	}
 	return next, nil
-}
-
-// Index is the index of the current routing, nil before the first one.
-func (g *Gateway) Index() *discovery.Index {
-	if s := g.state.Load(); s != nil {
-		return s.index
-	}
-	return nil
 }
 
 // CloseIdleConnections closes idle connections to the API servers.

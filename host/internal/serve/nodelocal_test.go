@@ -39,8 +39,16 @@ func TestNodeLocalModeSendsEverythingTheLocalServerServesToIt(t *testing.T) {
 
 	f.servers[0].ready.Store(false)
 	eventually(t, "the local server marked unhealthy", func() bool {
-		ix := s.gw.Index()
-		return ix != nil && !ix.Healthy().Has(ix.Preferred())
+		applied := s.applied.Load()
+		if applied == nil {
+			return false
+		}
+		for _, srv := range applied.snap.Servers {
+			if srv.ID == applied.snap.Preferred {
+				return !srv.Healthy
+			}
+		}
+		return false
 	})
 	peers := map[string]bool{}
 	for range 6 {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skewgate/skewgate/host/envoyabi"
+	"github.com/skewgate/skewgate/host/internal/envoyabi"
 )
 
 // handleOn runs a request that needs no HTTP call on one specific instance, bypassing the pool.
