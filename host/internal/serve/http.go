@@ -110,12 +110,7 @@ func (s *Server) metricsRegistry() *prometheus.Registry {
 			&s.counts.configRejections),
 		counter("skewgate_ecds_writes_total", "Envoy ECDS files written.", &s.counts.ecdsWrites),
 		counter("skewgate_ecds_write_failures_total", "Envoy ECDS files that could not be written.", &s.counts.ecdsFailures),
-		counter("skewgate_xds_publish_failures_total", "Accepted plugin configurations the xDS management server could not be given.",
-			&s.counts.xdsFailures),
 	)
-	if s.xds != nil {
-		reg.MustRegister(s.xds)
-	}
 	return reg
 }
 
