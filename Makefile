@@ -7,6 +7,8 @@ BIN_XDS   := bin/skewgate-xds
 # "context deadline exceeded" when a -fuzztime duration ends mid-input
 # (golang/go#75804, fixed in Go 1.27).
 FUZZTIME  ?= 3000x
+# The commit the tree is at, "-dirty" if it holds changes: the image's label.
+REVISION   = $(shell git rev-parse HEAD)$(shell git status --porcelain | grep -q . && echo -dirty)
 # Packages that start real kube-apiservers run one at a time: two control
 # planes at once overload a 2-core machine.
 CLUSTER_PKGS := ./host/testcluster/... ./host/e2e/...
@@ -34,7 +36,7 @@ FUZZ_TARGETS := \
 	./host/internal/wasmhost:FuzzDecodePairs \
 	./host/internal/wasmhost:FuzzGuestPointerReads
 
-.PHONY: all build demo test test-unit unit cluster-test test-binaries fuzz bench bench-check check deadcode fixtures oci clean FORCE
+.PHONY: all build image demo test test-unit unit cluster-test test-binaries fuzz bench bench-check check deadcode fixtures oci clean FORCE
 
 all: build
 
@@ -51,17 +53,18 @@ $(WASM): FORCE
 # The gateway runs beside every API server in node-local mode, so it links no
 # gRPC: the xDS management server is skewgate-xds's. -s -w drops the symbol
 # table and DWARF, not pclntab, which panics, tracebacks and profiles read.
-# host/cmd/skewgate's size test builds with the same flags.
+# Static (CGO_ENABLED=0): the image has no C library. host/cmd/skewgate's size
+# test builds with the same flags.
 $(BIN): FORCE
 	@mkdir -p bin
-	$(GO) build -trimpath -ldflags="-s -w" -o $(BIN) ./host/cmd/skewgate
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(BIN) ./host/cmd/skewgate
 
 # grpcnotrace leaves out golang.org/x/net/trace, whose html/template makes the
 # linker keep every exported method of every type (9 MB); skewgate-xds never
 # serves its pages.
 $(BIN_XDS): FORCE
 	@mkdir -p bin
-	$(GO) build -trimpath -tags grpcnotrace -ldflags="-s -w" -o $(BIN_XDS) ./host/cmd/skewgate-xds
+	CGO_ENABLED=0 $(GO) build -trimpath -tags grpcnotrace -ldflags="-s -w" -o $(BIN_XDS) ./host/cmd/skewgate-xds
 
 # The embedded default: three fake API servers of two versions serving the
 # captured discovery documents, skewgate and a plain proxy in front, a scripted
@@ -124,7 +127,7 @@ check: deadcode
 # reaches it.
 DEADCODE     := build/deadcode/deadcode -test=false
 DEADCODE_FMT := -f '{{range .Funcs}}{{$$.Path}} {{.Name}} {{.Position}}{{"\n"}}{{end}}'
-HOST_MAINS   := ./host/cmd/skewgate ./host/cmd/skewgate-xds ./host/cmd/skewgate-demo ./host/cmd/wasmoci
+HOST_MAINS   := ./host/cmd/skewgate ./host/cmd/skewgate-xds ./host/cmd/skewgate-demo ./host/cmd/wasmoci ./host/cmd/serverimage
 PLUGIN_MAIN  := ./plugin/cmd/skewgate-plugin
 
 deadcode:
@@ -154,6 +157,19 @@ oci: $(WASM)
 		--manifest plugin/envoy/istio-wasmplugin.yaml \
 		--manifest plugin/envoy/envoy-gateway-extensionpolicy.yaml \
 		$(if $(OCI_REF),--push $(OCI_REF))
+
+# Packs bin/skewgate and the plugin as skewgate's container image (no shell, a
+# non-root default user, the source revision as org.opencontainers.image.revision),
+# writes it as an OCI image layout (build/image/) and a tar of it
+# (build/skewgate-image.tar), prints its digest and, for a binary built from a
+# commit, pins it in the kubeadm manifest with that revision. The image is a
+# function of the two files: the same commit and Go release give the same digest.
+# IMAGE_REF=HOST:PORT/REPO:TAG also pushes it.
+image: build
+	$(GO) run ./host/cmd/serverimage --binary $(BIN) --wasm $(WASM) --revision $(REVISION) \
+		--layout build/image --archive build/skewgate-image.tar \
+		--manifest host/deploy/kubeadm/skewgate.yaml \
+		$(if $(IMAGE_REF),--push $(IMAGE_REF))
 
 clean:
 	rm -rf build bin

@@ -14,6 +14,6 @@ func NoteOlderModule(log *slog.Logger, which string, module discovery.SchemaVers
 	if !module.Less(discovery.CurrentSchema()) {
 		return
 	}
-	log.Warn(which+" implements an older schema version than the configurations this controller writes: it accepts them, ignores the fields it does not know, counts them in skewgate_configuration_ignored_fields_total and routes as its version does until it is upgraded",
+	log.Warn(which+" implements an older schema version than the configurations this controller writes: it accepts them, ignores the fields it does not know, counts them in skewgate_plugin_configuration_ignored_fields_total and routes as its version does until it is upgraded",
 		"module_schema_version", module.String(), "configuration_schema_version", discovery.CurrentSchema().String())
 }

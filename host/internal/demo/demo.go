@@ -153,12 +153,21 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	defer cancel()
 	var servers []*fakeAPIServer
 	var urls []string
+	pairs, err := fixtures.LoadSchemaSkew()
+	if err != nil {
+		return nil, err
+	}
+	var versions []string
+	for _, m := range members {
+		versions = append(versions, m.version)
+	}
+	fields := schemaFieldsOf(pairs, versions)
 	for _, m := range members {
 		docs, err := opts.Source(m.version, m.extra)
 		if err != nil {
 			return nil, err
 		}
-		s, err := newFakeAPIServer(m.name, m.version, docs)
+		s, err := newFakeAPIServer(m.name, m.version, docs, fields[m.version])
 		if err != nil {
 			return nil, err
 		}

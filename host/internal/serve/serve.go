@@ -73,7 +73,7 @@ type appliedSnapshot struct {
 }
 
 type counters struct {
-	configRejections, ecdsWrites, ecdsFailures atomic.Uint64
+	ecdsWrites, ecdsFailures atomic.Uint64
 }
 
 // New checks cfg, reads every file it names and prepares the controller and
@@ -356,13 +356,10 @@ func (s *Server) Run(ctx context.Context) error {
 
 // onSnapshot is the controller's hand-over: the snapshot becomes the
 // gateway's and every VM's, or, if the plugin rejects it, the controller keeps
-// the previous one current and offers this one again on its next poll.
+// the previous one current and offers this one again on its next poll; it
+// counts the refusal (skewgate_controller_publish_errors_total).
 func (s *Server) onSnapshot(ctx context.Context, p controller.Published) error {
-	if err := s.apply(ctx, p.Raw, p.Snapshot, p.Addresses); err != nil {
-		s.counts.configRejections.Add(1)
-		return err
-	}
-	return nil
+	return s.apply(ctx, p.Raw, p.Snapshot, p.Addresses)
 }
 
 // apply turns a snapshot into the plugin configuration, has every VM accept

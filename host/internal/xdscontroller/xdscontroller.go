@@ -28,6 +28,7 @@ import (
 	"github.com/skewgate/skewgate/host/internal/controller"
 	"github.com/skewgate/skewgate/host/internal/envoyconfig"
 	"github.com/skewgate/skewgate/host/internal/xds"
+	"github.com/skewgate/skewgate/metricdef"
 	pluginconfig "github.com/skewgate/skewgate/plugin/config"
 )
 
@@ -138,7 +139,6 @@ func (s *Server) onSnapshot(_ context.Context, p controller.Published) error {
 func (s *Server) publish(raw []byte, snap *discovery.Snapshot) error {
 	config, err := s.pluginConfig(raw)
 	if err != nil {
-		s.configRejections.Add(1)
 		return err
 	}
 	version, err := s.version(snap)
@@ -258,18 +258,14 @@ func (s *Server) metricsHandler() http.Handler {
 		s.xds,
 		s.ctrl,
 		s.certificates,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skewgate_ready", Help: "1 once a plugin configuration was published."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: metricdef.ServeReady.Name, Help: metricdef.ServeReady.Help},
 			func() float64 {
 				if s.ready.Load() {
 					return 1
 				}
 				return 0
 			}),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "skewgate_configuration_rejections_total",
-			Help: "Snapshots whose plugin configuration the plugin's parser refused; the previous configuration stayed."},
-			func() float64 { return float64(s.configRejections.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "skewgate_xds_publish_failures_total",
-			Help: "Plugin configurations the xDS management server could not be given."},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: metricdef.XDSPublishFailures.Name, Help: metricdef.XDSPublishFailures.Help},
 			func() float64 { return float64(s.publishFailures.Load()) }),
 	)
 	mux := http.NewServeMux()
