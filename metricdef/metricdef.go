@@ -71,7 +71,7 @@ var All = []*Metric{
 	&PluginDiscoveryAuthorizationCacheHits, &PluginDiscoveryAuthorizationsDenied, &PluginDiscoveryAuthorizationFailures,
 	&PluginSnapshotGeneration,
 
-	&ServeReady, &ServeECDSWrites, &ServeECDSWriteFailures,
+	&ServeReady, &ServeECDSWrites, &ServeECDSWriteFailures, &ServeXDSPublishFailures,
 
 	&GatewayRequests, &GatewayRequestDuration, &GatewayUpstreamErrors, &GatewayRetries, &GatewayPluginFailures,
 	&GatewayRejectedRequests, &GatewayUnbufferedRequestBodies, &GatewayRequestsInFlight, &GatewayBackendInFlight,
@@ -86,7 +86,7 @@ var All = []*Metric{
 	&ControllerFrontProxyCertificateAuthenticates, &ControllerOpenAPIDocumentsFetched, &ControllerOpenAPIDocumentBytes,
 	&ControllerOpenAPIDocumentErrors, &ControllerOpenAPIDocuments, &ControllerOpenAPIFieldPaths,
 
-	&XDSStreams, &XDSPushes, &XDSAcks, &XDSNacks, &XDSVersionInfo, &XDSRefusedStreams, &XDSPublishFailures,
+	&XDSStreams, &XDSPushes, &XDSAcks, &XDSNacks, &XDSVersionInfo, &XDSRefusedStreams,
 
 	&CertificateReloads, &CertificateReloadFailures,
 }
@@ -131,6 +131,8 @@ var (
 		Help: "Envoy ECDS files written."}
 	ServeECDSWriteFailures = Metric{Name: "skewgate_ecds_write_failures_total", Type: Counter, Exporter: Serve,
 		Help: "Envoy ECDS files that could not be written."}
+	ServeXDSPublishFailures = Metric{Name: "skewgate_xds_publish_failures_total", Type: Counter, Exporter: Serve,
+		Help: "Accepted plugin configurations the xDS management server could not be given."}
 )
 
 // requestBuckets span a local answer of the plugin (about a millisecond) to
@@ -242,8 +244,6 @@ var (
 		Help: "The version served: replicas given the same snapshot serve the same one."}
 	XDSRefusedStreams = Metric{Name: "skewgate_xds_refused_streams_total", Type: Counter, Exporter: XDS, Labels: []string{"reason"},
 		Help: "Streams refused or ended by a limit, by reason: client_stream_limit, server_stream_limit, request_too_large, node_id_too_long, unserved_request."}
-	XDSPublishFailures = Metric{Name: "skewgate_xds_publish_failures_total", Type: Counter, Exporter: XDS,
-		Help: "Accepted plugin configurations the xDS management server could not be given."}
 )
 
 // The certificate, key and CA files watched for rotation.

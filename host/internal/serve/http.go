@@ -109,7 +109,7 @@ func (s *Server) metricsRegistry() *prometheus.Registry {
 			}),
 		counter(&metricdef.ServeECDSWrites, &s.counts.ecdsWrites),
 		counter(&metricdef.ServeECDSWriteFailures, &s.counts.ecdsFailures),
-		counter(&metricdef.XDSPublishFailures, &s.counts.xdsFailures),
+		counter(&metricdef.ServeXDSPublishFailures, &s.counts.xdsFailures),
 	)
 	if s.xds != nil {
 		reg.MustRegister(s.xds)
