@@ -140,6 +140,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	skipMacro := fs.Bool("skip-macro", false, "leave out the real-cluster benchmark")
 	fs.IntVar(&micro.count, "micro-count", 5, "runs of every micro benchmark")
 	fs.StringVar(&micro.benchtime, "micro-benchtime", "500ms", "-benchtime of each micro benchmark run")
+	instructionRuns := fs.Int("instruction-runs", 2, "counts of the instructions per request under callgrind (valgrind), part of the micro benchmarks; 0 for none")
 	fs.StringVar(&macro.skewgate, "skewgate", filepath.Join("bin", "skewgate"), "skewgate binary (make build)")
 	fs.StringVar(&macro.wasm, "wasm", filepath.Join("build", "skewgate.wasm"), "plugin module (make build)")
 	fs.StringVar(&macro.loadgen, "loadgen", filepath.Join("bin", "loadgen"), "loadgen binary (go build ./bench/cmd/loadgen)")
@@ -200,6 +201,13 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		results.AddMicro(lines)
+		if *instructionRuns > 0 {
+			perRequest, labels, err := runInstructions(ctx, micro, *instructionRuns)
+			if err != nil {
+				return err
+			}
+			results.AddInstructions(perRequest, labels)
+		}
 	}
 	if !*skipMacro {
 		rounds, costs, footprint, err := runMacro(ctx, macro)

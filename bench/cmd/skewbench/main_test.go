@@ -429,3 +429,10 @@ func TestParseAllocBytesFindsTheCounterInAnExposition(t *testing.T) {
 		t.Error("an exposition without the counter parsed")
 	}
 }
+
+func TestCallgrindsClosingCountIsRead(t *testing.T) {
+	out := "==123== Events    : Ir\n==123== Collected : 834866053\n==123== \n==123== I   refs:      834,866,053\n"
+	if m := collected.FindStringSubmatch(out); m == nil || m[1] != "834866053" {
+		t.Errorf("collected matched %q; want 834866053", m)
+	}
+}

@@ -351,6 +351,27 @@ func TestAddCostsDividesByRequestsPerRoundThenTakesTheMedian(t *testing.T) {
 	}
 }
 
+func TestAddInstructionsRecordsEachBenchmarkAndWhatTheGatewayAdds(t *testing.T) {
+	r := &Results{}
+	r.AddInstructions(map[string][]float64{InstructionsGateway: {600e3, 602e3}, InstructionsPlainProxy: {400e3, 400e3}},
+		map[string]string{InstructionsGateway: "gateway", InstructionsPlainProxy: "plain"})
+	for key, want := range map[string]float64{
+		"instructions.gateway.per_request":       601e3,
+		"instructions.plain_proxy.per_request":   400e3,
+		FigureInstructionsRatio:                  1.5025,
+		"instructions.gateway_added.per_request": 201e3,
+	} {
+		if f, ok := r.Figure(key); !ok || math.Abs(float64(f.Value)-want) > 1e-6 || len(f.Runs) != 2 {
+			t.Errorf("%s = %+v, %v; want %v over 2 runs", key, f, ok, want)
+		}
+	}
+	none := &Results{}
+	none.AddInstructions(nil, nil)
+	if len(none.Figures) != 0 {
+		t.Errorf("no counts gave figures %+v", none.Figures)
+	}
+}
+
 func TestRunToRunSpreadComparesWithTheEarlierRunsMedian(t *testing.T) {
 	earlier := &Results{Date: "2026-01-02", Started: "2026-01-02T10:00:00Z",
 		Figures: []Figure{{Key: "cpu.skewgate.us_per_request", Value: 100}}}

@@ -417,6 +417,34 @@ func allNaN(values []float64) bool {
 	return true
 }
 
+// Instruction benchmarks: the same request in one process through the
+// gateway and through a bare reverse proxy (client, hop and backend alike).
+const (
+	InstructionsGateway    = "gateway"
+	InstructionsPlainProxy = "plain_proxy"
+)
+
+// AddInstructions records the instructions per request counted for each
+// instruction benchmark, one value per repetition, and what the gateway
+// executes per request over the bare reverse proxy.
+func (r *Results) AddInstructions(perRequest map[string][]float64, labels map[string]string) {
+	for _, key := range sortedKeys(perRequest) {
+		r.addFigure(GroupInstructions, "instructions."+key+".per_request", "instructions per request: "+labels[key], "instructions",
+			perRequest[key])
+	}
+	gateway, plain := perRequest[InstructionsGateway], perRequest[InstructionsPlainProxy]
+	if len(gateway) == 0 || len(plain) == 0 {
+		return
+	}
+	n := min(len(gateway), len(plain))
+	ratio, added := make([]float64, n), make([]float64, n)
+	for i := range n {
+		ratio[i], added[i] = stats.Ratio(gateway[i], plain[i]), gateway[i]-plain[i]
+	}
+	r.addFigure(GroupInstructions, FigureInstructionsRatio, "instructions per request: gateway / bare reverse proxy (both with client and backend)", "ratio", ratio)
+	r.addFigure(GroupInstructions, "instructions.gateway_added.per_request", "instructions per request the gateway adds to a bare reverse proxy", "instructions", added)
+}
+
 // NodeLocalFootprint is what node-local skewgate costs its node besides
 // latency, measured once per harness run.
 type NodeLocalFootprint struct {
@@ -477,12 +505,15 @@ const (
 	FigureAPIsRPS          = "apis.rps.skewgate_over_apiserver"
 	FigureForwardCPU       = "forward.cpu.skewgate_over_plain"
 	FigureAPIsCPU          = "apis.cpu.skewgate_over_apiserver"
-	FigurePluginRequestNs  = "plugin.request.max_ns"
-	FigurePluginOverNative = "plugin.request.max_wasm_over_native"
-	FigureRouting          = "routing.all.skewgate_over_upstream"
-	FigureDecideNs         = "decide.max_ns"
-	FigureDecideAllocs     = "decide.max_allocs"
-	FigureMerge            = "merge.skewgate_over_upstream"
+	// FigureInstructionsRatio is reported, not budgeted: both sides include
+	// the client's and the backend's instructions.
+	FigureInstructionsRatio = "instructions.gateway_over_plain"
+	FigurePluginRequestNs   = "plugin.request.max_ns"
+	FigurePluginOverNative  = "plugin.request.max_wasm_over_native"
+	FigureRouting           = "routing.all.skewgate_over_upstream"
+	FigureDecideNs          = "decide.max_ns"
+	FigureDecideAllocs      = "decide.max_allocs"
+	FigureMerge             = "merge.skewgate_over_upstream"
 
 	FigureNodeLocalAddedP50  = "nodelocal.added_p50.skewgate_over_plain"
 	FigureNodeLocalRSS       = "nodelocal.memory.vmrss_mib"

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"github.com/skewgate/skewgate/host/internal/cmdline"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,7 +15,7 @@ func TestNodeLocalModeSendsEverythingTheLocalServerServesToIt(t *testing.T) {
 	f.cfg.LocalAPIServer = f.cfg.APIServers[0]
 	f.cfg.BindAddress = ""
 	s := f.startServer(t)
-	if host := s.GatewayAddr().String(); !strings.HasPrefix(host, DefaultNodeLocalBindAddress+":") {
+	if host := s.GatewayAddr().String(); !strings.HasPrefix(host, cmdline.DefaultNodeLocalBindAddress+":") {
 		t.Errorf("node-local gateway listens on %s; want loopback by default", host)
 	}
 	client := f.gatewayClient()
