@@ -6,6 +6,8 @@ BIN       := bin/skewgate
 # "context deadline exceeded" when a -fuzztime duration ends mid-input
 # (golang/go#75804, fixed in Go 1.27).
 FUZZTIME  ?= 3000x
+# The commit the tree is at, "-dirty" if it holds changes: the image's label.
+REVISION   = $(shell git rev-parse HEAD)$(shell git status --porcelain | grep -q . && echo -dirty)
 # Packages that start real kube-apiservers run one at a time: two control
 # planes at once overload a 2-core machine.
 CLUSTER_PKGS := ./host/testcluster/... ./host/e2e/...
@@ -33,7 +35,7 @@ FUZZ_TARGETS := \
 	./host/internal/wasmhost:FuzzDecodePairs \
 	./host/internal/wasmhost:FuzzGuestPointerReads
 
-.PHONY: all build demo test test-unit unit cluster-test test-binaries fuzz bench bench-check check deadcode fixtures oci clean FORCE
+.PHONY: all build image demo test test-unit unit cluster-test test-binaries fuzz bench bench-check check deadcode fixtures oci clean FORCE
 
 all: build
 
@@ -49,10 +51,11 @@ $(WASM): FORCE
 
 # grpcnotrace leaves out golang.org/x/net/trace, whose html/template makes the
 # linker keep every exported method of every type (9 MB); skewgate never serves
-# its pages. host/cmd/skewgate's size test builds with the same flags.
+# its pages. Static (CGO_ENABLED=0): the image has no C library. host/cmd/
+# skewgate's size test builds with the same flags.
 $(BIN): FORCE
 	@mkdir -p bin
-	$(GO) build -trimpath -tags grpcnotrace -o $(BIN) ./host/cmd/skewgate
+	CGO_ENABLED=0 $(GO) build -trimpath -tags grpcnotrace -o $(BIN) ./host/cmd/skewgate
 
 # The embedded default: three fake API servers of two versions serving the
 # captured discovery documents, skewgate and a plain proxy in front, a scripted
@@ -115,7 +118,7 @@ check: deadcode
 # reaches it.
 DEADCODE     := build/deadcode/deadcode -test=false
 DEADCODE_FMT := -f '{{range .Funcs}}{{$$.Path}} {{.Name}} {{.Position}}{{"\n"}}{{end}}'
-HOST_MAINS   := ./host/cmd/skewgate ./host/cmd/skewgate-demo ./host/cmd/wasmoci
+HOST_MAINS   := ./host/cmd/skewgate ./host/cmd/skewgate-demo ./host/cmd/wasmoci ./host/cmd/serverimage
 PLUGIN_MAIN  := ./plugin/cmd/skewgate-plugin
 
 deadcode:
@@ -145,6 +148,19 @@ oci: $(WASM)
 		--manifest plugin/envoy/istio-wasmplugin.yaml \
 		--manifest plugin/envoy/envoy-gateway-extensionpolicy.yaml \
 		$(if $(OCI_REF),--push $(OCI_REF))
+
+# Packs bin/skewgate and the plugin as skewgate's container image (no shell, a
+# non-root default user, the source revision as org.opencontainers.image.revision),
+# writes it as an OCI image layout (build/image/) and a tar of it
+# (build/skewgate-image.tar), prints its digest and, for a binary built from a
+# commit, pins it in the kubeadm manifest with that revision. The image is a
+# function of the two files: the same commit and Go release give the same digest.
+# IMAGE_REF=HOST:PORT/REPO:TAG also pushes it.
+image: build
+	$(GO) run ./host/cmd/serverimage --binary $(BIN) --wasm $(WASM) --revision $(REVISION) \
+		--layout build/image --archive build/skewgate-image.tar \
+		--manifest host/deploy/kubeadm/skewgate.yaml \
+		$(if $(IMAGE_REF),--push $(IMAGE_REF))
 
 clean:
 	rm -rf build bin

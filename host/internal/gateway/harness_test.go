@@ -244,7 +244,7 @@ func (h *harness) apply(servers []discoverytest.Server, addresses map[string]str
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if err := h.gw.Apply(Routing{Index: ix, Addresses: addresses}); err != nil {
+	if err := apply(h.gw, Routing{Index: ix, Addresses: addresses}); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -438,4 +438,23 @@ func withHealth(servers []discoverytest.Server, unhealthy ...string) []discovery
 		out[i] = s
 	}
 	return out
+}
+
+// apply makes rt current, as serve does once the plugin accepted rt's
+// configuration.
+func apply(g *Gateway, rt Routing) error {
+	staged, err := g.Stage(rt)
+	if err != nil {
+		return err
+	}
+	staged.Commit()
+	return nil
+}
+
+// currentIndex is the index of the current routing, nil before the first one.
+func currentIndex(g *Gateway) *discovery.Index {
+	if s := g.state.Load(); s != nil {
+		return s.index
+	}
+	return nil
 }

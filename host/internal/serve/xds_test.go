@@ -247,8 +247,10 @@ func TestTheSameDiscoveryIsTheSameXDSVersionAcrossGenerationsAndRestarts(t *test
 }
 
 func TestXDSFlagMistakesNameTheFlag(t *testing.T) {
-	base := Config{TLSCertFile: "c", TLSPrivateKeyFile: "k", PeerCAFile: "ca", APIServers: []string{"https://10.0.0.1:6443"}, WasmPath: "x.wasm",
-		XDSBindAddress: "127.0.0.1:18000", XDSClientCAFile: "xds-ca", EnvoyWasmPath: envoyWasmPath}
+	base := NewConfig()
+	base.TLSCertFile, base.TLSPrivateKeyFile, base.PeerCAFile = "c", "k", "ca"
+	base.APIServers, base.WasmPath = []string{"https://10.0.0.1:6443"}, "x.wasm"
+	base.XDSBindAddress, base.XDSClientCAFile, base.EnvoyWasmPath = "127.0.0.1:18000", "xds-ca", envoyWasmPath
 	for _, tc := range []struct {
 		name   string
 		modify func(*Config)

@@ -17,6 +17,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	extensionv3 "github.com/envoyproxy/go-control-plane/envoy/service/extension/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -690,5 +691,15 @@ func benchmarkFanOut(b *testing.B, subscribers, size int) {
 		b.StopTimer()
 		waitForWatches(b, s, subscribers)
 		b.StartTimer()
+	}
+}
+
+func TestEveryMetricTheServerExportsIsDefined(t *testing.T) {
+	s := startServer(t, newPKI(t))
+	publish(t, s, 1)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(s.Server)
+	if err := metricstest.Defined(reg); err != nil {
+		t.Error(err)
 	}
 }
