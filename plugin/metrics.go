@@ -3,7 +3,7 @@ package plugin
 import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 
-	"github.com/skewgate/skewgate/metricdef"
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 // metrics are defined through the proxy-wasm metrics ABI, by the names

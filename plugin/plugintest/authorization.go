@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/skewgate/skewgate/discovery/discoverytest"
-	"github.com/skewgate/skewgate/metricdef"
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 // What kube-apiserver answers GET /apis (Accept: application/json) with, by

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/skewgate/skewgate/discovery/discoverytest"
-	"github.com/skewgate/skewgate/metricdef"
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 // FrontProxySuffix marks the cluster that carries the front-proxy client

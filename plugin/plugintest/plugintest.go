@@ -9,7 +9,7 @@ import (
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
-	"github.com/skewgate/skewgate/metricdef"
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 // Header names and media types the suite checks, spelled out independently of

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/skewgate/skewgate/host/internal/wasmhost"
-	"github.com/skewgate/skewgate/metricdef"
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 // verdictNone labels a request answered before the plugin ran; the other

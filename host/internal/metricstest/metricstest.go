@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/skewgate/skewgate/metricdef"
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 // Exposition is every metric c collects in the Prometheus text format, as

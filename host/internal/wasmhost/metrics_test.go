@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/skewgate/skewgate/host/internal/metricstest"
-	"github.com/skewgate/skewgate/metricdef"
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 // WritePrometheus writes the host's metrics in the text format, as /metrics

@@ -9,8 +9,8 @@ import (
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
-	"github.com/skewgate/skewgate/metricdef"
 	"github.com/skewgate/skewgate/plugin/config"
+	"github.com/skewgate/skewgate/plugin/metricdef"
 	"github.com/skewgate/skewgate/plugin/plugintest"
 )
 

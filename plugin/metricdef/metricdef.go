@@ -33,7 +33,8 @@ const (
 	// skewgate serve.
 	Plugin Exporter = "plugin"
 	// The others are exported by the processes that run the part: skewgate
-	// serve runs all of them.
+	// serve all but the xDS management server's, skewgate-xds the
+	// controller's, the certificates', the xDS server's and skewgate_ready.
 	Gateway      Exporter = "gateway"
 	WasmHost     Exporter = "wasm"
 	Controller   Exporter = "controller"
@@ -126,7 +127,7 @@ var (
 // skewgate serve's own.
 var (
 	ServeReady = Metric{Name: "skewgate_ready", Type: Gauge, Exporter: Serve,
-		Help: "1 once a snapshot was accepted by the plugin VMs."}
+		Help: "1 once a snapshot was accepted by the plugin VMs (skewgate-xds: once a plugin configuration was published)."}
 	ServeECDSWrites = Metric{Name: "skewgate_ecds_writes_total", Type: Counter, Exporter: Serve,
 		Help: "Envoy ECDS files written."}
 	ServeECDSWriteFailures = Metric{Name: "skewgate_ecds_write_failures_total", Type: Counter, Exporter: Serve,
@@ -243,7 +244,7 @@ var (
 	XDSRefusedStreams = Metric{Name: "skewgate_xds_refused_streams_total", Type: Counter, Exporter: XDS, Labels: []string{"reason"},
 		Help: "Streams refused or ended by a limit, by reason: client_stream_limit, server_stream_limit, request_too_large, node_id_too_long, unserved_request."}
 	XDSPublishFailures = Metric{Name: "skewgate_xds_publish_failures_total", Type: Counter, Exporter: XDS,
-		Help: "Accepted plugin configurations the xDS management server could not be given."}
+		Help: "Plugin configurations the xDS management server could not be given, the plugin's parser refusing them included; the previous configuration stayed."}
 )
 
 // The certificate, key and CA files watched for rotation.

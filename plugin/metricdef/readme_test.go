@@ -12,8 +12,8 @@ import (
 var update = flag.Bool("update", false, "rewrite the metrics reference in README.md from the definitions")
 
 const (
-	readme         = "../README.md"
-	referenceStart = "<!-- metrics reference: generated from metricdef by `go test ./metricdef -update`; do not edit -->\n"
+	readme         = "../../README.md"
+	referenceStart = "<!-- metrics reference: generated from metricdef by `go test ./plugin/metricdef -update`; do not edit -->\n"
 	referenceEnd   = "<!-- end of the metrics reference -->\n"
 )
 
@@ -21,11 +21,11 @@ const (
 var exporterTitles = map[Exporter]string{
 	Plugin: "The plugin module, in Envoy (its Prometheus output strips the `wasmcustom` namespace, so under these names) " +
 		"and in `skewgate serve`",
-	Serve:        "`skewgate serve` itself",
+	Serve:        "`skewgate serve` itself (`skewgate_ready` also `skewgate-xds`)",
 	Gateway:      "The gateway of `skewgate serve`",
 	WasmHost:     "The Wasm host of `skewgate serve`, which runs the plugin's VMs",
-	Controller:   "The controller, which watches the API servers and publishes snapshots",
-	XDS:          "The xDS management server, which sends the plugin configuration to Envoys",
+	Controller:   "The controller of `skewgate serve` and `skewgate-xds`, which watches the API servers and publishes snapshots",
+	XDS:          "The xDS management server of `skewgate-xds`, which sends the plugin configuration to Envoys",
 	Certificates: "The certificate, key and CA files watched for rotation",
 }
 
@@ -58,7 +58,7 @@ func TestEveryExporterHasATitle(t *testing.T) {
 }
 
 // The README's metrics reference is generated from the definitions; go test
-// ./metricdef -update rewrites it.
+// ./plugin/metricdef -update rewrites it.
 func TestREADMEMetricsReferenceMatchesTheDefinitions(t *testing.T) {
 	doc, err := os.ReadFile(readme)
 	if err != nil {
@@ -80,5 +80,5 @@ func TestREADMEMetricsReferenceMatchesTheDefinitions(t *testing.T) {
 		}
 		return
 	}
-	t.Errorf("README.md's metrics reference differs from the definitions; run go test ./metricdef -update")
+	t.Errorf("README.md's metrics reference differs from the definitions; run go test ./plugin/metricdef -update")
 }
