@@ -91,6 +91,7 @@ func TestEveryFlagRefusesABadValueNamingIt(t *testing.T) {
 				"envoy-wasm-schema-version":             {"--envoy-ecds-file=" + in("ecds.yaml"), "--envoy-wasm-schema-version=one"},
 				"wasm":                                  {"--wasm=" + missing},
 				"instances":                             {"--instances=-1"},
+				"go-memory-limit-bytes":                 {"--go-memory-limit-bytes=-1"},
 				"compilation-cache-dir":                 {"--compilation-cache-dir=" + in("kubeconfig")},
 				"request-timeout":                       {"--request-timeout=-1s"},
 				"max-requests-inflight":                 {"--max-requests-inflight=-1"},

@@ -403,6 +403,7 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 		// idle gateway would otherwise keep resident for minutes; the live
 		// heap afterwards is a fraction of that.
 		debug.FreeOSMemory()
+		s.limitGoMemory()
 		return nil
 	}
 	staged, err := s.gw.Stage(gateway.Routing{Index: ix, Addresses: addresses})
@@ -467,4 +468,18 @@ func (p *pluginSlot) HandleRequestHeaders(ctx context.Context, req *wasmhost.Req
 		return wasmhost.Outcome{Verdict: wasmhost.Respond, Response: &wasmhost.LocalResponse{Status: http.StatusServiceUnavailable}, Failed: errNoPlugin}
 	}
 	return host.HandleRequestHeaders(ctx, req)
+}
+
+// limitGoMemory sets --go-memory-limit-bytes as the Go runtime's soft memory
+// limit, unless GOMEMLIMIT set one: after compiling, so that the compiler's
+// churn is not collected back to back.
+func (s *Server) limitGoMemory() {
+	if s.cfg.GoMemoryLimitBytes == 0 {
+		return
+	}
+	if env, ok := os.LookupEnv("GOMEMLIMIT"); ok {
+		s.log.Info("GOMEMLIMIT is set: --go-memory-limit-bytes left unapplied", "GOMEMLIMIT", env)
+		return
+	}
+	debug.SetMemoryLimit(s.cfg.GoMemoryLimitBytes)
 }
