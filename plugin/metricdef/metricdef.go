@@ -33,7 +33,8 @@ const (
 	// skewgate serve.
 	Plugin Exporter = "plugin"
 	// The others are exported by the processes that run the part: skewgate
-	// serve runs all of them.
+	// serve all but the xDS management server's, skewgate-xds the
+	// controller's, the certificates', the xDS server's and skewgate_ready.
 	Gateway      Exporter = "gateway"
 	WasmHost     Exporter = "wasm"
 	Controller   Exporter = "controller"
@@ -71,7 +72,7 @@ var All = []*Metric{
 	&PluginDiscoveryAuthorizationCacheHits, &PluginDiscoveryAuthorizationsDenied, &PluginDiscoveryAuthorizationFailures,
 	&PluginSnapshotGeneration,
 
-	&ServeReady, &ServeECDSWrites, &ServeECDSWriteFailures, &ServeXDSPublishFailures,
+	&ServeReady, &ServeECDSWrites, &ServeECDSWriteFailures,
 
 	&GatewayRequests, &GatewayRequestDuration, &GatewayUpstreamErrors, &GatewayRetries, &GatewayPluginFailures,
 	&GatewayRejectedRequests, &GatewayUnbufferedRequestBodies, &GatewayRequestsInFlight, &GatewayBackendInFlight,
@@ -86,7 +87,7 @@ var All = []*Metric{
 	&ControllerFrontProxyCertificateAuthenticates, &ControllerOpenAPIDocumentsFetched, &ControllerOpenAPIDocumentBytes,
 	&ControllerOpenAPIDocumentErrors, &ControllerOpenAPIDocuments, &ControllerOpenAPIFieldPaths,
 
-	&XDSStreams, &XDSPushes, &XDSAcks, &XDSNacks, &XDSVersionInfo, &XDSRefusedStreams,
+	&XDSStreams, &XDSPushes, &XDSAcks, &XDSNacks, &XDSVersionInfo, &XDSRefusedStreams, &XDSPublishFailures,
 
 	&CertificateReloads, &CertificateReloadFailures,
 }
@@ -126,13 +127,11 @@ var (
 // skewgate serve's own.
 var (
 	ServeReady = Metric{Name: "skewgate_ready", Type: Gauge, Exporter: Serve,
-		Help: "1 once a snapshot was accepted by the plugin VMs."}
+		Help: "1 once a snapshot was accepted by the plugin VMs (skewgate-xds: once a plugin configuration was published)."}
 	ServeECDSWrites = Metric{Name: "skewgate_ecds_writes_total", Type: Counter, Exporter: Serve,
 		Help: "Envoy ECDS files written."}
 	ServeECDSWriteFailures = Metric{Name: "skewgate_ecds_write_failures_total", Type: Counter, Exporter: Serve,
 		Help: "Envoy ECDS files that could not be written."}
-	ServeXDSPublishFailures = Metric{Name: "skewgate_xds_publish_failures_total", Type: Counter, Exporter: Serve,
-		Help: "Accepted plugin configurations the xDS management server could not be given."}
 )
 
 // requestBuckets span a local answer of the plugin (about a millisecond) to
@@ -244,6 +243,8 @@ var (
 		Help: "The version served: replicas given the same snapshot serve the same one."}
 	XDSRefusedStreams = Metric{Name: "skewgate_xds_refused_streams_total", Type: Counter, Exporter: XDS, Labels: []string{"reason"},
 		Help: "Streams refused or ended by a limit, by reason: client_stream_limit, server_stream_limit, request_too_large, node_id_too_long, unserved_request."}
+	XDSPublishFailures = Metric{Name: "skewgate_xds_publish_failures_total", Type: Counter, Exporter: XDS,
+		Help: "Plugin configurations the xDS management server could not be given, the plugin's parser refusing them included; the previous configuration stayed."}
 )
 
 // The certificate, key and CA files watched for rotation.

@@ -21,11 +21,11 @@ const (
 var exporterTitles = map[Exporter]string{
 	Plugin: "The plugin module, in Envoy (its Prometheus output strips the `wasmcustom` namespace, so under these names) " +
 		"and in `skewgate serve`",
-	Serve:        "`skewgate serve` itself",
+	Serve:        "`skewgate serve` itself (`skewgate_ready` also `skewgate-xds`)",
 	Gateway:      "The gateway of `skewgate serve`",
 	WasmHost:     "The Wasm host of `skewgate serve`, which runs the plugin's VMs",
-	Controller:   "The controller, which watches the API servers and publishes snapshots",
-	XDS:          "The xDS management server, which sends the plugin configuration to Envoys",
+	Controller:   "The controller of `skewgate serve` and `skewgate-xds`, which watches the API servers and publishes snapshots",
+	XDS:          "The xDS management server of `skewgate-xds`, which sends the plugin configuration to Envoys",
 	Certificates: "The certificate, key and CA files watched for rotation",
 }
 

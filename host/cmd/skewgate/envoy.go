@@ -69,12 +69,12 @@ var snapshotOnlyFlags = []string{"retry-after-seconds", "discovery-authorization
 // Validate reports every mistake, naming its flag; changed tells the flags
 // given on the command line.
 func (o *envoyConfigOptions) Validate(changed func(flag string) bool) []error {
-	errs := o.ServingOptions.Validate()
+	errs := o.ServingOptions.Validate(&o.PluginOptions)
 	errs = append(errs, o.UpstreamOptions.Validate("")...)
 	if len(o.APIServers) == 0 {
 		errs = append(errs, errors.New("--apiserver is required (repeatable): Envoy's clusters are the API servers"))
 	}
-	errs = append(errs, o.PluginOptions.Validate(o.ClientCAFile, o.ProxyClientCertFile)...)
+	errs = append(errs, o.PluginOptions.Validate(&o.UpstreamOptions)...)
 	if config.IdentityMode(o.IdentityMode) == config.IdentityPassthrough && o.ProxyClientCertFile != "" {
 		// The API servers trust X-Remote-* headers on a connection that
 		// carries the front-proxy certificate.
@@ -154,7 +154,7 @@ func envoyConfigFlags(o *envoyConfigOptions, stderr io.Writer) *pflag.FlagSet {
 		"skewgate envoy config --apiserver URL... [flags] (--envoy-ecds-file PATH | --xds-address HOST:PORT | --snapshot FILE)",
 		"Prints an Envoy bootstrap that runs the skewgate plugin in front of the API servers. With\n"+
 			"--envoy-ecds-file the plugin configuration comes from that file (written by skewgate serve);\n"+
-			"with --xds-address from skewgate serve's management server (--xds-bind-address) over gRPC;\n"+
+			"with --xds-address from skewgate-xds's management server over gRPC;\n"+
 			"with --snapshot it is inline. --ecds-resource prints the ECDS resource for --snapshot instead.\n"+
 			"The serving, API server and plugin flags are skewgate serve's: give both the same values.\n"+
 			"File paths are paths on the Envoy host and must be absolute.", stderr)

@@ -45,7 +45,6 @@ func TestEveryFlagRefusesABadValueNamingIt(t *testing.T) {
 	missing := in("missing")
 	envoyBase := []string{"envoy", "config", "--tls-cert-file=/tls/serving.crt", "--tls-private-key-file=/tls/serving.key",
 		"--peer-ca-file=/tls/ca.crt", "--apiserver=https://10.0.0.11:6443", "--envoy-ecds-file=/ecds/skewgate.yaml"}
-	xds := []string{"--xds-bind-address=127.0.0.1:0", "--xds-client-ca-file=" + in("ca.crt"), "--envoy-wasm-path=/skewgate.wasm"}
 
 	for _, command := range []struct {
 		name string
@@ -90,12 +89,6 @@ func TestEveryFlagRefusesABadValueNamingIt(t *testing.T) {
 				"envoy-ecds-file":                       {"--envoy-ecds-file=" + filepath.Join(missing, "skewgate.yaml")},
 				"envoy-wasm-path":                       {"--envoy-wasm-path=skewgate.wasm"},
 				"envoy-wasm-schema-version":             {"--envoy-ecds-file=" + in("ecds.yaml"), "--envoy-wasm-schema-version=one"},
-				"xds-bind-address":                      {"--xds-bind-address=127.0.0.1", "--xds-client-ca-file=" + in("ca.crt"), "--envoy-wasm-path=/skewgate.wasm"},
-				"xds-tls-cert-file":                     append(slices.Clone(xds), "--xds-tls-cert-file="+missing, "--xds-tls-private-key-file="+in("serving.key")),
-				"xds-tls-private-key-file":              append(slices.Clone(xds), "--xds-tls-cert-file="+in("serving.crt"), "--xds-tls-private-key-file="+missing),
-				"xds-client-ca-file":                    {"--xds-bind-address=127.0.0.1:0", "--xds-client-ca-file=" + missing, "--envoy-wasm-path=/skewgate.wasm"},
-				"xds-max-streams":                       append(slices.Clone(xds), "--xds-max-streams=-1"),
-				"xds-max-streams-per-client":            append(slices.Clone(xds), "--xds-max-streams-per-client=-1"),
 				"wasm":                                  {"--wasm=" + missing},
 				"instances":                             {"--instances=-1"},
 				"compilation-cache-dir":                 {"--compilation-cache-dir=" + in("kubeconfig")},

@@ -77,9 +77,13 @@ func (o *ServingOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "CA certificates that verify client certificates, when clients present one (required in front-proxy identity mode); skewgate serve reloads them when the file changes")
 }
 
-// Validate reports the serving options' mistakes.
-func (o *ServingOptions) Validate() []error {
+// Validate reports the serving options' mistakes; plugin says whether
+// clients' identities are asserted from their certificates.
+func (o *ServingOptions) Validate(plugin *PluginOptions) []error {
 	var errs []error
+	if plugin.frontProxy() && o.ClientCAFile == "" {
+		errs = append(errs, errors.New("--identity-mode=front-proxy needs --client-ca-file: asserted identities come from verified client certificates"))
+	}
 	if o.BindAddress != "" {
 		if _, err := netip.ParseAddr(o.BindAddress); err != nil {
 			errs = append(errs, fmt.Errorf("--bind-address %s: must be an IP address", o.BindAddress))
@@ -258,18 +262,14 @@ func (o *PluginOptions) AddFlags(fs *pflag.FlagSet) {
 		string(pluginconfig.SchemaSkewReadsAndWrites)+" (every request: a client that updates what it read through a server lacking a field would clear it) or "+string(pluginconfig.SchemaSkewWrites)+" (creates, updates, patches and deletes; reads spread over every server)")
 }
 
-// Validate reports the plugin options' mistakes; clientCAFile and
-// proxyClientCertFile are the serving and upstream options front-proxy
-// identity mode needs.
-func (o *PluginOptions) Validate(clientCAFile, proxyClientCertFile string) []error {
+// Validate reports the plugin options' mistakes; upstream are the
+// credentials front-proxy identity mode needs.
+func (o *PluginOptions) Validate(upstream *UpstreamOptions) []error {
 	var errs []error
 	switch mode := pluginconfig.IdentityMode(o.IdentityMode); {
-	case mode == pluginconfig.IdentityFrontProxy:
-		if proxyClientCertFile == "" {
+	case o.frontProxy():
+		if upstream.ProxyClientCertFile == "" {
 			errs = append(errs, errors.New("--identity-mode=front-proxy needs --proxy-client-cert-file and --proxy-client-key-file"))
-		}
-		if clientCAFile == "" {
-			errs = append(errs, errors.New("--identity-mode=front-proxy needs --client-ca-file: asserted identities come from verified client certificates"))
 		}
 	case pluginconfig.CheckIdentityMode(mode) != nil:
 		errs = append(errs, fmt.Errorf("--identity-mode %q: %w", o.IdentityMode, pluginconfig.CheckIdentityMode(mode)))
@@ -289,6 +289,10 @@ func (o *PluginOptions) Validate(clientCAFile, proxyClientCertFile string) []err
 		errs = append(errs, fmt.Errorf("--schema-skew-routing %q: %w", o.SchemaSkewRouting, err))
 	}
 	return errs
+}
+
+func (o *PluginOptions) frontProxy() bool {
+	return pluginconfig.IdentityMode(o.IdentityMode) == pluginconfig.IdentityFrontProxy
 }
 
 // Config is the plugin configuration's options these flags set.

@@ -86,7 +86,7 @@ func (s *Server) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
 }
 
 // metricsRegistry holds the gateway's, the plugin host's, the controller's,
-// the certificate files', the xDS server's and this server's own metrics, and
+// the certificate files' and this server's own metrics, and
 // the Go runtime's and the process's.
 func (s *Server) metricsRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
@@ -109,11 +109,7 @@ func (s *Server) metricsRegistry() *prometheus.Registry {
 			}),
 		counter(&metricdef.ServeECDSWrites, &s.counts.ecdsWrites),
 		counter(&metricdef.ServeECDSWriteFailures, &s.counts.ecdsFailures),
-		counter(&metricdef.ServeXDSPublishFailures, &s.counts.xdsFailures),
 	)
-	if s.xds != nil {
-		reg.MustRegister(s.xds)
-	}
 	return reg
 }
 

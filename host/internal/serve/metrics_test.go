@@ -13,7 +13,7 @@ import (
 
 	"github.com/skewgate/skewgate/host/internal/logtest"
 	"github.com/skewgate/skewgate/host/internal/metricstest"
-	"github.com/skewgate/skewgate/metricdef"
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 func TestMetricsEndpointExposesRuntimeProcessAndRequestDurationMetrics(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -17,7 +16,6 @@ import (
 	"github.com/skewgate/skewgate/host/internal/cmdline"
 	"github.com/skewgate/skewgate/host/internal/envoyconfig"
 	"github.com/skewgate/skewgate/host/internal/gateway"
-	"github.com/skewgate/skewgate/host/internal/xds"
 	pluginconfig "github.com/skewgate/skewgate/plugin/config"
 )
 
@@ -59,17 +57,6 @@ type Config struct {
 	// EnvoyECDSFile, when set, receives the plugin configuration of every
 	// accepted snapshot as an Envoy ECDS resource, naming EnvoyWasmPath.
 	EnvoyECDSFile, EnvoyWasmPath string
-	// XDSBindAddress, when set, is host:port of the xDS management server
-	// that serves the same resource to any number of Envoys over gRPC. It
-	// needs EnvoyWasmPath, the module's path on the Envoy hosts.
-	XDSBindAddress string
-	// XDSTLSCertFile and XDSTLSPrivateKeyFile are its serving certificate;
-	// default the gateway's. XDSClientCAFile, required, must have signed the
-	// certificate every Envoy presents.
-	XDSTLSCertFile, XDSTLSPrivateKeyFile, XDSClientCAFile string
-	// XDSMaxStreams and XDSMaxStreamsPerClient bound the streams the
-	// management server holds open, in all and per client certificate.
-	XDSMaxStreams, XDSMaxStreamsPerClient int
 	// EnvoyWasmSchemaVersion is the schema version the module the Envoys
 	// load announces, when it is not the one WasmPath names
 	// (checkModuleSchemas).
@@ -116,8 +103,6 @@ func NewConfig() Config {
 		PluginOptions:     cmdline.NewPluginOptions(),
 
 		MetricsBindAddress:               DefaultMetricsBindAddress,
-		XDSMaxStreams:                    xds.DefaultMaxStreams,
-		XDSMaxStreamsPerClient:           xds.DefaultMaxStreamsPerClient,
 		RequestTimeout:                   gateway.DefaultRequestTimeout,
 		MaxRequestsInFlight:              gateway.DefaultMaxRequestsInFlight,
 		MaxMutatingRequestsInFlight:      gateway.DefaultMaxMutatingRequestsInFlight,
@@ -139,14 +124,8 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "host:port for /metrics, /healthz, /readyz, /debug/snapshot, /debug/requests and the status page (plain HTTP)")
 	fs.BoolVar(&c.Profiling, "profiling", c.Profiling, "serve Go's CPU, heap, allocation and goroutine profiles under /debug/pprof/ on the metrics listener")
 	fs.StringVar(&c.EnvoyECDSFile, "envoy-ecds-file", c.EnvoyECDSFile, "also write every accepted plugin configuration to this Envoy ECDS file (atomically)")
-	fs.StringVar(&c.EnvoyWasmPath, "envoy-wasm-path", c.EnvoyWasmPath, "plugin module path Envoy loads, written into the ECDS file and served over xDS (default for the ECDS file: the absolute --wasm path; required with --xds-bind-address)")
-	fs.StringVar(&c.EnvoyWasmSchemaVersion, "envoy-wasm-schema-version", c.EnvoyWasmSchemaVersion, "schema version MAJOR.MINOR the Envoys' plugin module announces (its skewgate_schema_version_MAJOR_MINOR export), when it is another build than --wasm; the controller refuses to start when that module would refuse its configurations")
-	fs.StringVar(&c.XDSBindAddress, "xds-bind-address", c.XDSBindAddress, "host:port of the xDS management server that serves every accepted plugin configuration to Envoys over gRPC (ECDS and ADS); empty: none")
-	fs.StringVar(&c.XDSTLSCertFile, "xds-tls-cert-file", c.XDSTLSCertFile, "the xDS server's serving certificate (PEM; default: --tls-cert-file); reloaded when the file changes")
-	fs.StringVar(&c.XDSTLSPrivateKeyFile, "xds-tls-private-key-file", c.XDSTLSPrivateKeyFile, "the xDS serving certificate's private key (PEM; default: --tls-private-key-file)")
-	fs.IntVar(&c.XDSMaxStreams, "xds-max-streams", c.XDSMaxStreams, "most xDS streams the management server holds open at once, from all Envoys; more are refused")
-	fs.IntVar(&c.XDSMaxStreamsPerClient, "xds-max-streams-per-client", c.XDSMaxStreamsPerClient, "most xDS streams one client certificate may hold open at once; Envoys sharing a certificate count as one client")
-	fs.StringVar(&c.XDSClientCAFile, "xds-client-ca-file", c.XDSClientCAFile, "CA certificates that must have signed the client certificate every Envoy presents to the xDS server (required with --xds-bind-address); reloaded when the file changes")
+	fs.StringVar(&c.EnvoyWasmPath, "envoy-wasm-path", c.EnvoyWasmPath, "plugin module path Envoy loads, written into the ECDS file (default: the absolute --wasm path)")
+	fs.StringVar(&c.EnvoyWasmSchemaVersion, "envoy-wasm-schema-version", c.EnvoyWasmSchemaVersion, "schema version MAJOR.MINOR the plugin module of the Envoy reading --envoy-ecds-file announces (its skewgate_schema_version_MAJOR_MINOR export), when it is another build than --wasm; the controller refuses to start when that module would refuse its configurations")
 	fs.StringVar(&c.WasmPath, "wasm", c.WasmPath, "plugin module (default: skewgate.wasm next to the binary, ../build/skewgate.wasm from it, or build/skewgate.wasm)")
 	fs.IntVar(&c.Instances, "instances", c.Instances, "plugin VM instances (default: GOMAXPROCS; 1 in node-local mode)")
 	fs.StringVar(&c.CompilationCacheDir, "compilation-cache-dir", c.CompilationCacheDir, "directory caching the compiled plugin across restarts")
@@ -199,10 +178,10 @@ func (c Config) complete() (Config, error) {
 
 // validate reports every mistake, naming its flag.
 func (c *Config) validate() []error {
-	errs := c.ServingOptions.Validate()
+	errs := c.ServingOptions.Validate(&c.PluginOptions)
 	errs = append(errs, c.UpstreamOptions.Validate(c.LocalAPIServer)...)
 	errs = append(errs, c.ControllerOptions.Validate(&c.UpstreamOptions, c.LocalAPIServer)...)
-	errs = append(errs, c.PluginOptions.Validate(c.ClientCAFile, c.ProxyClientCertFile)...)
+	errs = append(errs, c.PluginOptions.Validate(&c.UpstreamOptions)...)
 	if _, _, err := net.SplitHostPort(c.MetricsBindAddress); err != nil {
 		errs = append(errs, fmt.Errorf("--metrics-bind-address %q: must be host:port: %w", c.MetricsBindAddress, err))
 	}
@@ -229,16 +208,9 @@ func (c *Config) validate() []error {
 	}
 	errs = append(errs, c.checkLimits()...)
 	errs = append(errs, c.checkEnvoy()...)
-	errs = append(errs, c.checkXDS()...)
 	files := append(c.ServingOptions.Files(), c.UpstreamOptions.Files()...)
 	files = append(files, c.ControllerOptions.Files()...)
 	files = append(files, cmdline.FileFlag{Flag: "wasm", Path: c.WasmPath})
-	if c.XDSBindAddress != "" {
-		files = append(files, cmdline.FileFlag{Flag: "xds-client-ca-file", Path: c.XDSClientCAFile})
-		if c.XDSTLSCertFile != "" {
-			files = append(files, cmdline.FileFlag{Flag: "xds-tls-cert-file", Path: c.XDSTLSCertFile}, cmdline.FileFlag{Flag: "xds-tls-private-key-file", Path: c.XDSTLSPrivateKeyFile})
-		}
-	}
 	return append(errs, cmdline.CheckReadable(files)...)
 }
 
@@ -281,8 +253,8 @@ func (c *Config) checkEnvoy() []error {
 		}
 	}
 	if c.EnvoyWasmSchemaVersion != "" {
-		if c.EnvoyECDSFile == "" && c.XDSBindAddress == "" {
-			errs = append(errs, errors.New("--envoy-wasm-schema-version needs --envoy-ecds-file or --xds-bind-address: it describes the module the Envoys load"))
+		if c.EnvoyECDSFile == "" {
+			errs = append(errs, errors.New("--envoy-wasm-schema-version needs --envoy-ecds-file: it describes the module the Envoy reading it loads"))
 		}
 		envoy, err := discovery.ParseSchemaVersion(c.EnvoyWasmSchemaVersion)
 		if err == nil {
@@ -291,41 +263,6 @@ func (c *Config) checkEnvoy() []error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("--envoy-wasm-schema-version %q: %w", c.EnvoyWasmSchemaVersion, err))
 		}
-	}
-	return errs
-}
-
-// checkXDS checks the management server's flags.
-func (c *Config) checkXDS() []error {
-	if c.XDSBindAddress == "" {
-		if c.XDSTLSCertFile != "" || c.XDSTLSPrivateKeyFile != "" || c.XDSClientCAFile != "" {
-			return []error{errors.New("--xds-tls-cert-file, --xds-tls-private-key-file and --xds-client-ca-file need --xds-bind-address")}
-		}
-		return nil
-	}
-	var errs []error
-	if _, port, err := net.SplitHostPort(c.XDSBindAddress); err != nil {
-		errs = append(errs, fmt.Errorf("--xds-bind-address %q: must be host:port: %w", c.XDSBindAddress, err))
-	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		errs = append(errs, fmt.Errorf("--xds-bind-address %q: port must be 0 to 65535", c.XDSBindAddress))
-	}
-	if (c.XDSTLSCertFile == "") != (c.XDSTLSPrivateKeyFile == "") {
-		errs = append(errs, errors.New("--xds-tls-cert-file and --xds-tls-private-key-file go together"))
-	}
-	for _, limit := range []struct {
-		flag  string
-		value int
-	}{{"--xds-max-streams", c.XDSMaxStreams}, {"--xds-max-streams-per-client", c.XDSMaxStreamsPerClient}} {
-		if limit.value < 0 {
-			errs = append(errs, fmt.Errorf("%s %d: must not be negative", limit.flag, limit.value))
-		}
-	}
-	if c.XDSClientCAFile == "" {
-		errs = append(errs, errors.New("--xds-bind-address needs --xds-client-ca-file: only Envoys presenting a certificate it signed may read the configuration, which describes every API server"))
-	}
-	// The controller's own module path means nothing on the Envoy hosts.
-	if c.EnvoyWasmPath == "" {
-		errs = append(errs, errors.New("--xds-bind-address needs --envoy-wasm-path: the plugin module's path on the Envoy hosts"))
 	}
 	return errs
 }

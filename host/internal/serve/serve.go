@@ -1,7 +1,7 @@
 // Package serve runs skewgate's standalone gateway: the controller polls the
 // API servers, every new snapshot becomes the plugin configuration of the
-// wazero-hosted VMs (and, optionally, an Envoy ECDS file and the xDS
-// management server's resource), and the gateway proxies client traffic
+// wazero-hosted VMs (and, optionally, of the Envoy reading an ECDS file; a
+// fleet of Envoys is skewgate-xds's), and the gateway proxies client traffic
 // through the plugin. A second, plain-HTTP listener
 // serves /metrics, /healthz, /readyz, /debug/snapshot, /debug/requests (the
 // shapes of the requests received), the status page and, with profiling on,
@@ -24,7 +24,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
@@ -34,7 +33,6 @@ import (
 	"github.com/skewgate/skewgate/host/internal/envoyconfig"
 	"github.com/skewgate/skewgate/host/internal/gateway"
 	"github.com/skewgate/skewgate/host/internal/wasmhost"
-	"github.com/skewgate/skewgate/host/internal/xds"
 	pluginconfig "github.com/skewgate/skewgate/plugin/config"
 )
 
@@ -58,9 +56,6 @@ type Server struct {
 
 	gatewayServer, metricsServer     *http.Server
 	gatewayListener, metricsListener net.Listener
-	// xds and xdsListener are nil without Config.XDSBindAddress.
-	xds         *xds.Server
-	xdsListener net.Listener
 
 	applied atomic.Pointer[appliedSnapshot]
 	ready   atomic.Bool
@@ -78,7 +73,7 @@ type appliedSnapshot struct {
 }
 
 type counters struct {
-	ecdsWrites, ecdsFailures, xdsFailures atomic.Uint64
+	ecdsWrites, ecdsFailures atomic.Uint64
 }
 
 // New checks cfg, reads every file it names and prepares the controller and
@@ -147,11 +142,6 @@ func New(cfg Config) (*Server, error) {
 	if s.gw, err = gateway.New(gwOpts); err != nil {
 		return nil, err
 	}
-	if cfg.XDSBindAddress != "" {
-		if s.xds, err = s.newXDS(serving); err != nil {
-			return nil, err
-		}
-	}
 	peerCA.OnChange(func() { s.gw.SetPeerRootCAs(peerCA.Pool()) })
 	if cfg.IdentityMode == IdentityFrontProxy {
 		proxyClient.OnChange(func() { s.gw.SetClientCertificate(proxyClient.Certificate()) })
@@ -210,24 +200,6 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// newXDS prepares the management server, serving with the gateway's
-// certificate unless it has one of its own.
-func (s *Server) newXDS(gatewayServing *certfile.KeyPair) (*xds.Server, error) {
-	serving := gatewayServing
-	if s.cfg.XDSTLSCertFile != "" {
-		var err error
-		if serving, err = s.certificates.KeyPair("--xds-tls-cert-file/--xds-tls-private-key-file", s.cfg.XDSTLSCertFile, s.cfg.XDSTLSPrivateKeyFile); err != nil {
-			return nil, err
-		}
-	}
-	clientCA, err := s.certificates.CABundle("--xds-client-ca-file", s.cfg.XDSClientCAFile)
-	if err != nil {
-		return nil, err
-	}
-	return xds.New(xds.Options{Certificate: serving.Certificate, ClientCAs: clientCA.Pool,
-		MaxStreams: s.cfg.XDSMaxStreams, MaxStreamsPerClient: s.cfg.XDSMaxStreamsPerClient, Logger: s.log.With("component", "xds")})
-}
-
 // DefaultWasmPath finds the plugin module when --wasm is not given: next to
 // the executable, then where `make build` puts it relative to bin/skewgate
 // (../build/skewgate.wasm), then build/skewgate.wasm under the working
@@ -261,7 +233,7 @@ func isLoopback(hostport string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// Listen binds the gateway, metrics and xDS listeners.
+// Listen binds the gateway and metrics listeners.
 func (s *Server) Listen() error {
 	var err error
 	gatewayAddress := net.JoinHostPort(s.cfg.BindAddress, strconv.Itoa(s.cfg.SecurePort))
@@ -272,27 +244,12 @@ func (s *Server) Listen() error {
 		s.gatewayListener.Close()
 		return fmt.Errorf("metrics listener: %w", err)
 	}
-	if s.xds != nil {
-		if s.xdsListener, err = net.Listen("tcp", s.cfg.XDSBindAddress); err != nil {
-			s.gatewayListener.Close()
-			s.metricsListener.Close()
-			return fmt.Errorf("xDS listener: %w", err)
-		}
-	}
 	return nil
 }
 
 // GatewayAddr and MetricsAddr are the bound addresses, after Listen.
 func (s *Server) GatewayAddr() net.Addr { return s.gatewayListener.Addr() }
 func (s *Server) MetricsAddr() net.Addr { return s.metricsListener.Addr() }
-
-// XDSAddr is the bound xDS address, after Listen, or nil without one.
-func (s *Server) XDSAddr() net.Addr {
-	if s.xdsListener == nil {
-		return nil
-	}
-	return s.xdsListener.Addr()
-}
 
 // Ready reports whether a snapshot was accepted by the plugin VMs and
 // shutdown has not begun.
@@ -323,13 +280,6 @@ func (s *Server) Serve(ctx context.Context) error {
 			errs <- fmt.Errorf("metrics listener: %w", err)
 		}
 	})
-	if s.xds != nil {
-		wg.Go(func() {
-			if err := s.xds.Serve(s.xdsListener); err != nil {
-				errs <- fmt.Errorf("xDS listener: %w", err)
-			}
-		})
-	}
 	controllerDone := make(chan struct{})
 	go func() {
 		defer close(controllerDone)
@@ -341,7 +291,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		_ = s.certificates.Run(ctrlCtx)
 	}()
 	s.log.Info("skewgate serving", "gateway", s.gatewayListener.Addr().String(), "metrics", s.metricsListener.Addr().String(),
-		"xds", s.XDSAddr(), "identity_mode", s.cfg.IdentityMode, "wasm", s.cfg.WasmPath)
+		"identity_mode", s.cfg.IdentityMode, "wasm", s.cfg.WasmPath)
 
 	var runErr error
 	select {
@@ -367,12 +317,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	drainCtx, drainCancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer drainCancel()
 	// The listeners close together, so that a process started in this one's
-	// place can bind every port while it drains. xDS streams never end on
-	// their own: they are closed, and each Envoy keeps its configuration while
-	// it reconnects.
-	if s.xds != nil {
-		s.xds.Stop()
-	}
+	// place can bind every port while it drains.
 	var drain sync.WaitGroup
 	for name, srv := range map[string]*http.Server{"gateway": s.gatewayServer, "metrics": s.metricsServer} {
 		drain.Go(func() {
@@ -471,9 +416,6 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 	if s.cfg.EnvoyECDSFile != "" {
 		s.writeECDS(config, snap.Generation)
 	}
-	if s.xds != nil {
-		s.publishXDS(config, snap)
-	}
 	s.ready.Store(true)
 	return nil
 }
@@ -500,46 +442,6 @@ func (s *Server) writeECDS(config []byte, generation uint64) {
 		return
 	}
 	s.counts.ecdsWrites.Add(1)
-}
-
-// publishXDS hands the management server the resource the ECDS file holds.
-// Only snapshots the plugin VMs accepted get here.
-func (s *Server) publishXDS(config []byte, snap *discovery.Snapshot) {
-	version, err := s.xdsVersion(snap)
-	var doc []byte
-	if err == nil {
-		doc, err = envoyconfig.RenderExtensionConfig(config, s.cfg.EnvoyWasmPath)
-	}
-	var ext *corev3.TypedExtensionConfig
-	if err == nil {
-		ext, err = xds.ParseExtensionConfig(doc)
-	}
-	if err == nil {
-		err = s.xds.Publish(ext, version)
-	}
-	if err != nil {
-		s.counts.xdsFailures.Add(1)
-		s.log.Error("publishing the plugin configuration over xDS failed", "generation", snap.Generation, "error", err)
-	}
-}
-
-// xdsVersion names a snapshot's resource by what decides the plugin's
-// behaviour: the resource rendered with the snapshot numbered 1. The
-// generation counts this controller's snapshots since it started, so it
-// differs between replicas and across a restart for the same discovery, and
-// the plugin only reports it.
-func (s *Server) xdsVersion(snap *discovery.Snapshot) (string, error) {
-	unnumbered := *snap
-	unnumbered.Generation = 1
-	config, err := s.pluginConfig(unnumbered.AppendJSON(nil))
-	if err != nil {
-		return "", err
-	}
-	doc, err := envoyconfig.RenderExtensionConfig(config, s.cfg.EnvoyWasmPath)
-	if err != nil {
-		return "", err
-	}
-	return xds.Version(doc), nil
 }
 
 // pluginQueueTimeout is how long a request waits for a free plugin VM before
