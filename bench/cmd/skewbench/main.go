@@ -137,6 +137,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	earlier := fs.String("earlier", "", "results file of an earlier run whose figures the results set beside this run's "+
 		"(default: the results of the same date in -out, which this run replaces)")
 	skipMicro := fs.Bool("skip-micro", false, "leave out the micro benchmarks")
+	microFrom := fs.String("micro-from", "", "results file whose micro benchmarks and instruction counts these results take instead of running them "+
+		"(with -skip-micro: the macro benchmark measured again, the micro figures kept)")
 	skipMacro := fs.Bool("skip-macro", false, "leave out the real-cluster benchmark")
 	fs.IntVar(&micro.count, "micro-count", 5, "runs of every micro benchmark")
 	fs.StringVar(&micro.benchtime, "micro-benchtime", "500ms", "-benchtime of each micro benchmark run")
@@ -193,6 +195,16 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	results.Settings = report.Settings{
 		MicroRuns: micro.count, MicroBenchtime: micro.benchtime, Rounds: macro.rounds, Protocol: macro.protocol,
 		Concurrency: macro.concurrency, Requests: macro.requests, Duration: macro.duration.String(),
+	}
+	if *microFrom != "" {
+		if !*skipMicro {
+			return errors.New("-micro-from takes the micro benchmarks from a file: use it with -skip-micro")
+		}
+		from, err := report.Load(*microFrom)
+		if err != nil {
+			return fmt.Errorf("-micro-from: %w", err)
+		}
+		results.TakeMicro(from)
 	}
 	// Micro first, while no cluster competes for the CPU.
 	if !*skipMicro {

@@ -372,6 +372,25 @@ func TestAddInstructionsRecordsEachBenchmarkAndWhatTheGatewayAdds(t *testing.T) 
 	}
 }
 
+func TestTakeMicroKeepsTheMicroAndInstructionFiguresOnly(t *testing.T) {
+	from := &Results{Started: "2026-01-02T09:00:00Z", Settings: Settings{MicroRuns: 5, MicroBenchtime: "500ms"},
+		Benchmarks: []Benchmark{{Name: "BenchmarkDecide/get", Runs: 5}},
+		Figures: []Figure{{Group: GroupMicro, Key: FigureDecideAllocs}, {Group: GroupInstructions, Key: FigureInstructionsRatio},
+			{Group: GroupMacro, Key: FigureForwardRPS}, {Group: GroupCost, Key: FigureForwardCPU}}}
+	r := &Results{}
+	r.TakeMicro(from)
+	_, decide := r.Figure(FigureDecideAllocs)
+	_, instructions := r.Figure(FigureInstructionsRatio)
+	_, rps := r.Figure(FigureForwardRPS)
+	_, cpu := r.Figure(FigureForwardCPU)
+	if !decide || !instructions || rps || cpu || len(r.Benchmarks) != 1 || r.Settings.MicroRuns != 5 {
+		t.Errorf("took %+v", r)
+	}
+	if md := string(r.Markdown("c.svg")); !strings.Contains(md, "measured by the run started 2026-01-02T09:00:00Z") {
+		t.Errorf("Markdown does not say which run measured the micro benchmarks:\n%s", md)
+	}
+}
+
 func TestRunToRunSpreadComparesWithTheEarlierRunsMedian(t *testing.T) {
 	earlier := &Results{Date: "2026-01-02", Started: "2026-01-02T10:00:00Z",
 		Figures: []Figure{{Key: "cpu.skewgate.us_per_request", Value: 100}}}

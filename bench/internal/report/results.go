@@ -85,6 +85,9 @@ type Results struct {
 	WallSeconds Number `json:"wallSeconds"`
 	// Started is when the run began (RFC 3339).
 	Started string `json:"started,omitempty"`
+	// MicroFrom is when the run that measured the micro benchmarks and the
+	// instruction counts began, when another run did.
+	MicroFrom string `json:"microFrom,omitempty"`
 	// Earlier holds the figures of an earlier run set beside these: how far
 	// the two differ is the run-to-run spread of each figure.
 	Earlier *EarlierRun `json:"earlier,omitempty"`
@@ -104,6 +107,22 @@ func (r *Results) SetEarlier(e *Results) {
 	}
 	for _, f := range e.Figures {
 		r.Earlier.Figures[f.Key] = f.Value
+	}
+}
+
+// TakeMicro copies the micro benchmarks, their figures and the instruction
+// counts of from, measured by another run, with their settings.
+func (r *Results) TakeMicro(from *Results) {
+	r.Benchmarks = append(r.Benchmarks, from.Benchmarks...)
+	for _, f := range from.Figures {
+		if f.Group == GroupMicro || f.Group == GroupInstructions {
+			r.Figures = append(r.Figures, f)
+		}
+	}
+	r.Settings.MicroRuns, r.Settings.MicroBenchtime = from.Settings.MicroRuns, from.Settings.MicroBenchtime
+	r.MicroFrom = from.Started
+	if r.MicroFrom == "" {
+		r.MicroFrom = from.Date
 	}
 }
 
