@@ -36,7 +36,7 @@ FUZZ_TARGETS := \
 	./host/internal/wasmhost:FuzzDecodePairs \
 	./host/internal/wasmhost:FuzzGuestPointerReads
 
-.PHONY: all build image demo test test-unit unit cluster-test test-binaries fuzz bench bench-check check deadcode fixtures oci clean FORCE
+.PHONY: all build image demo test test-unit unit cluster-test rehearsal test-binaries fuzz bench bench-check check deadcode fixtures oci clean FORCE
 
 all: build
 
@@ -81,13 +81,20 @@ test-unit: build unit
 
 unit:
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e /host/e2e -e /host/testcluster)
+	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e /host/e2e -e /host/testcluster -e /host/rehearsal)
 
 test-binaries:
 	$(GO) run ./host/testcluster/cmd/kubebin -only "$(TEST_BINARIES)"
 
+# The timeout bounds one package's whole run: host/e2e's scenarios on real kubeadm nodes
+# take minutes each on a busy 2-core machine.
 cluster-test: test-binaries
-	$(GO) test -count=1 -p 1 -timeout 30m $(CLUSTER_PKGS)
+	$(GO) test -count=1 -p 1 -timeout 60m $(CLUSTER_PKGS)
+
+# Real kubeadm HA upgrades, node by node, behind a per-request round-robin proxy;
+# each test logs its counts (see host/rehearsal).
+rehearsal: test-binaries
+	$(GO) test -count=1 -p 1 -v -timeout 120m ./host/rehearsal/
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

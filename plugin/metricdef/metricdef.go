@@ -151,7 +151,7 @@ var (
 	GatewayRetries = Metric{Name: "skewgate_gateway_retries_total", Type: Counter, Exporter: Gateway,
 		Help: "Requests sent again to another API server because the previous one provably did not process them (unreachable, or shutting down)."}
 	GatewayPluginFailures = Metric{Name: "skewgate_gateway_plugin_failures_total", Type: Counter, Exporter: Gateway,
-		Help: "Requests the plugin could not process (answered by the failure policy)."}
+		Help: "Requests the plugin failed on, answered by the failure policy; those no plugin VM became free for are rejected requests (plugin_busy) instead."}
 	GatewayRejectedRequests = Metric{Name: "skewgate_gateway_rejected_requests_total", Type: Counter, Exporter: Gateway, Labels: []string{"reason"},
 		Help: "Requests answered 429 by the gateway's own limits: max_requests_inflight, max_mutating_requests_inflight, " +
 			"or plugin_busy (no plugin VM became free while the request could queue)."}
@@ -179,7 +179,7 @@ var (
 	WasmConfigurationsApplied = Metric{Name: "skewgate_wasm_configurations_applied_total", Type: Counter, Exporter: WasmHost,
 		Help: "Plugin configurations every instance accepted."}
 	WasmFailedRequests = Metric{Name: "skewgate_wasm_failed_requests_total", Type: Counter, Exporter: WasmHost,
-		Help: "Requests the plugin could not process, answered by the failure policy."}
+		Help: "Requests the Wasm host gave the failure policy: those the plugin failed on, and those that found no free instance."}
 	WasmPoolWaits = Metric{Name: "skewgate_wasm_pool_waits_total", Type: Counter, Exporter: WasmHost,
 		Help: "Requests that waited for a free instance."}
 	WasmPoolWaitSeconds = Metric{Name: "skewgate_wasm_pool_wait_seconds_total", Type: Counter, Exporter: WasmHost,

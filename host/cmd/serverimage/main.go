@@ -83,7 +83,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		*manifests = nil
 	}
 	_, err = ociimage.Publish(ctx, img, ociimage.Publication{
-		Layout: *layoutDir, RefName: ociimage.ServerLayoutRefName, Archive: *archive,
+		Layout: *layoutDir, Archive: *archive,
 		Manifests: *manifests, Revision: *revision, Push: *pushRef,
 	}, stdout, remote.WithAuthFromKeychain(authn.DefaultKeychain))
 	return err

@@ -51,6 +51,9 @@ func TestRunPinsTheImageAndItsRevisionAndWritesLayoutAndArchive(t *testing.T) {
 	if err != nil || len(im.Manifests) != 1 {
 		t.Fatalf("layout index %+v (%v), want one image", im, err)
 	}
+	if len(im.Manifests[0].Annotations) != 0 {
+		t.Errorf("layout names the image %v; want it anonymous, so that ctr images import --base-name REPO --digests names it REPO@DIGEST", im.Manifests[0].Annotations)
+	}
 	digest := im.Manifests[0].Digest.String()
 	if !strings.Contains(out.String(), "pack to "+digest) {
 		t.Errorf("output does not print the digest %s:\n%s", digest, out.String())

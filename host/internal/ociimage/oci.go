@@ -119,7 +119,7 @@ func layerBlob(files []file) ([]byte, error) {
 }
 
 // WriteLayout writes img as the only image of an OCI image layout in dir,
-// named refName in its index. The layout is built next to dir and renamed over
+// named refName in its index, or anonymous for an empty refName. The layout is built next to dir and renamed over
 // it, so dir never holds blobs of an earlier image. A dir that exists but is
 // not an OCI layout is refused rather than replaced.
 func WriteLayout(dir string, img v1.Image, refName string) error {
@@ -155,12 +155,11 @@ func WriteLayout(dir string, img v1.Image, refName string) error {
 	if err != nil {
 		return err
 	}
-	if err := p.AppendDescriptor(v1.Descriptor{
-		MediaType:   types.OCIManifestSchema1,
-		Size:        size,
-		Digest:      d,
-		Annotations: map[string]string{refNameAnnotation: refName},
-	}); err != nil {
+	desc := v1.Descriptor{MediaType: types.OCIManifestSchema1, Size: size, Digest: d}
+	if refName != "" {
+		desc.Annotations = map[string]string{refNameAnnotation: refName}
+	}
+	if err := p.AppendDescriptor(desc); err != nil {
 		return err
 	}
 	// MkdirTemp creates 0700; the layout is an ordinary build output.
@@ -280,8 +279,8 @@ func WriteArchive(file, dir string) error {
 // Publication says where Publish puts an image; empty fields are skipped.
 type Publication struct {
 	// Layout is a directory to write the image into as an OCI image layout,
-	// named RefName in its index; Archive a file to write that layout into as
-	// a tar (it needs Layout).
+	// named RefName in its index (anonymous if empty); Archive a file to write
+	// that layout into as a tar (it needs Layout).
 	Layout, RefName, Archive string
 	// Manifests are files whose single image reference by digest is set to the
 	// image's, and, with Revision, whose comment recording the revision the
@@ -306,7 +305,7 @@ func Publish(ctx context.Context, img v1.Image, p Publication, out io.Writer, op
 		if err := WriteLayout(p.Layout, img, p.RefName); err != nil {
 			return v1.Hash{}, fmt.Errorf("--layout: %w", err)
 		}
-		fmt.Fprintf(out, "wrote OCI image layout %s (image %s)\n", p.Layout, p.RefName)
+		fmt.Fprintf(out, "wrote OCI image layout %s\n", p.Layout)
 	}
 	if p.Archive != "" {
 		if err := WriteArchive(p.Archive, p.Layout); err != nil {

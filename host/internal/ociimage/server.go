@@ -12,14 +12,16 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
+// The server image is anonymous in its OCI layout: `ctr images import
+// --base-name REPO --digests` then names it REPO@DIGEST alone, the reference
+// the manifests pin (containerd 2 gives a named image no digest name).
+
 // Where the server image holds its files: the binary on the image's PATH, so
 // that the static Pod's command "skewgate" resolves, and the plugin module at
 // the path the manifests pass to --wasm.
 const (
 	ServerBinary = "/usr/local/bin/skewgate"
 	ServerModule = "/usr/local/lib/skewgate/skewgate.wasm"
-	// ServerLayoutRefName names the server image in an OCI layout's index.json.
-	ServerLayoutRefName = "skewgate"
 	// RevisionLabel is the label that carries the source revision the binary
 	// was built from.
 	RevisionLabel = "org.opencontainers.image.revision"

@@ -173,7 +173,7 @@ func TestServerImageArchiveIsReproducible(t *testing.T) {
 			t.Fatal(err)
 		}
 		d, err := Publish(t.Context(), mustServerImage(t, b, m, testRevision), Publication{
-			Layout: filepath.Join(dir, "image"), RefName: ServerLayoutRefName, Archive: filepath.Join(dir, "image.tar"),
+			Layout: filepath.Join(dir, "image"), Archive: filepath.Join(dir, "image.tar"),
 		}, io.Discard)
 		if err != nil {
 			t.Fatalf("build %d: %v", i, err)
