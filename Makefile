@@ -2,10 +2,13 @@
 GO        ?= go
 WASM      := build/skewgate.wasm
 BIN       := bin/skewgate
+BIN_XDS   := bin/skewgate-xds
 # A count, not a duration: Go 1.26's fuzz coordinator can report a spurious
 # "context deadline exceeded" when a -fuzztime duration ends mid-input
 # (golang/go#75804, fixed in Go 1.27).
 FUZZTIME  ?= 3000x
+# The commit the tree is at, "-dirty" if it holds changes: the image's label.
+REVISION   = $(shell git rev-parse HEAD)$(shell git status --porcelain | grep -q . && echo -dirty)
 # Packages that start real kube-apiservers run one at a time: two control
 # planes at once overload a 2-core machine.
 CLUSTER_PKGS := ./host/testcluster/... ./host/e2e/...
@@ -33,11 +36,11 @@ FUZZ_TARGETS := \
 	./host/internal/wasmhost:FuzzDecodePairs \
 	./host/internal/wasmhost:FuzzGuestPointerReads
 
-.PHONY: all build demo test test-unit unit cluster-test rehearsal test-binaries fuzz bench bench-check check deadcode fixtures oci clean FORCE
+.PHONY: all build image demo test test-unit unit cluster-test rehearsal test-binaries fuzz bench bench-check check deadcode fixtures oci clean FORCE
 
 all: build
 
-build: $(WASM) $(BIN)
+build: $(WASM) $(BIN) $(BIN_XDS)
 
 # The plugin is a Go wasip1 reactor: upstream Go, c-shared build mode, package
 # plugin registered by its command. -s -w drops only the name section (runtime
@@ -47,12 +50,21 @@ $(WASM): FORCE
 	@mkdir -p build
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -ldflags="-s -w" -o $(WASM) ./plugin/cmd/skewgate-plugin
 
-# grpcnotrace leaves out golang.org/x/net/trace, whose html/template makes the
-# linker keep every exported method of every type (9 MB); skewgate never serves
-# its pages. host/cmd/skewgate's size test builds with the same flags.
+# The gateway runs beside every API server in node-local mode, so it links no
+# gRPC: the xDS management server is skewgate-xds's. -s -w drops the symbol
+# table and DWARF, not pclntab, which panics, tracebacks and profiles read.
+# Static (CGO_ENABLED=0): the image has no C library. host/cmd/skewgate's size
+# test builds with the same flags.
 $(BIN): FORCE
 	@mkdir -p bin
-	$(GO) build -trimpath -tags grpcnotrace -o $(BIN) ./host/cmd/skewgate
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(BIN) ./host/cmd/skewgate
+
+# grpcnotrace leaves out golang.org/x/net/trace, whose html/template makes the
+# linker keep every exported method of every type (9 MB); skewgate-xds never
+# serves its pages.
+$(BIN_XDS): FORCE
+	@mkdir -p bin
+	CGO_ENABLED=0 $(GO) build -trimpath -tags grpcnotrace -ldflags="-s -w" -o $(BIN_XDS) ./host/cmd/skewgate-xds
 
 # The embedded default: three fake API servers of two versions serving the
 # captured discovery documents, skewgate and a plain proxy in front, a scripted
@@ -74,8 +86,10 @@ unit:
 test-binaries:
 	$(GO) run ./host/testcluster/cmd/kubebin -only "$(TEST_BINARIES)"
 
+# The timeout bounds one package's whole run: host/e2e's scenarios on real kubeadm nodes
+# take minutes each on a busy 2-core machine.
 cluster-test: test-binaries
-	$(GO) test -count=1 -p 1 -timeout 30m $(CLUSTER_PKGS)
+	$(GO) test -count=1 -p 1 -timeout 60m $(CLUSTER_PKGS)
 
 # Real kubeadm HA upgrades, node by node, behind a per-request round-robin proxy;
 # each test logs its counts (see host/rehearsal).
@@ -115,12 +129,12 @@ check: deadcode
 # Production functions that neither shipped binary reaches, so that nothing
 # only a test calls hides in a production package: deadcode (RTA from main)
 # over bin/skewgate with the commands shipped beside it, and over the plugin
-# module, whose //go:wasmexport functions are roots deadcode does not know. Only packages bin/skewgate or the module links count, and a function
+# module, whose //go:wasmexport functions are roots deadcode does not know. Only packages bin/skewgate, bin/skewgate-xds or the module link count, and a function
 # of a package both link (discovery, plugin/config) is dead only if neither
 # reaches it.
 DEADCODE     := build/deadcode/deadcode -test=false
 DEADCODE_FMT := -f '{{range .Funcs}}{{$$.Path}} {{.Name}} {{.Position}}{{"\n"}}{{end}}'
-HOST_MAINS   := ./host/cmd/skewgate ./host/cmd/skewgate-demo ./host/cmd/wasmoci
+HOST_MAINS   := ./host/cmd/skewgate ./host/cmd/skewgate-xds ./host/cmd/skewgate-demo ./host/cmd/wasmoci ./host/cmd/serverimage
 PLUGIN_MAIN  := ./plugin/cmd/skewgate-plugin
 
 deadcode:
@@ -130,7 +144,7 @@ deadcode:
 	@git grep -n -A1 '^//go:wasmexport' -- '*.go' | sed -n "s|^\(.*\)/[^/]*\.go-[0-9]*-func \([A-Za-z0-9_]*\).*|$$($(GO) list -m)/\1 \2|p" > build/deadcode/wasmexports
 	@GOOS=wasip1 GOARCH=wasm $(DEADCODE) $(DEADCODE_FMT) $(PLUGIN_MAIN) | \
 		awk 'NR == FNR { root[$$1 " " $$2] = 1; next } !(($$1 " " $$2) in root)' build/deadcode/wasmexports - > build/deadcode/plugin
-	@$(GO) list -deps -tags grpcnotrace -f '{{.ImportPath}}' ./host/cmd/skewgate > build/deadcode/host.deps
+	@$(GO) list -deps -tags grpcnotrace -f '{{.ImportPath}}' ./host/cmd/skewgate ./host/cmd/skewgate-xds > build/deadcode/host.deps
 	@GOOS=wasip1 GOARCH=wasm $(GO) list -deps -f '{{.ImportPath}}' $(PLUGIN_MAIN) > build/deadcode/plugin.deps
 	@awk 'FILENAME == ARGV[1] { host[$$1] = 1; next } FILENAME == ARGV[2] { plugin[$$1] = 1; next } \
 		FILENAME == ARGV[3] { h[$$1 " " $$2] = $$3; next } { p[$$1 " " $$2] = $$3 } \
@@ -150,6 +164,19 @@ oci: $(WASM)
 		--manifest plugin/envoy/istio-wasmplugin.yaml \
 		--manifest plugin/envoy/envoy-gateway-extensionpolicy.yaml \
 		$(if $(OCI_REF),--push $(OCI_REF))
+
+# Packs bin/skewgate and the plugin as skewgate's container image (no shell, a
+# non-root default user, the source revision as org.opencontainers.image.revision),
+# writes it as an OCI image layout (build/image/) and a tar of it
+# (build/skewgate-image.tar), prints its digest and, for a binary built from a
+# commit, pins it in the kubeadm manifest with that revision. The image is a
+# function of the two files: the same commit and Go release give the same digest.
+# IMAGE_REF=HOST:PORT/REPO:TAG also pushes it.
+image: build
+	$(GO) run ./host/cmd/serverimage --binary $(BIN) --wasm $(WASM) --revision $(REVISION) \
+		--layout build/image --archive build/skewgate-image.tar \
+		--manifest host/deploy/kubeadm/skewgate.yaml \
+		$(if $(IMAGE_REF),--push $(IMAGE_REF))
 
 clean:
 	rm -rf build bin

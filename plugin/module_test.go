@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"context"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -9,14 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-
-	"github.com/tetratelabs/wazero"
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
-	"github.com/skewgate/skewgate/host/envoyabi"
 	"github.com/skewgate/skewgate/plugin/config"
 	"github.com/skewgate/skewgate/plugin/plugintest"
 )
@@ -24,58 +19,6 @@ import (
 // maxModuleSize is the budget for build/skewgate.wasm: every Envoy worker
 // compiles and holds its own copy.
 const maxModuleSize = 4 << 20
-
-// compiledModule is the built module decoded once for the tests that read its
-// imports and exports; the interpreter compiles fastest and only those
-// sections matter here.
-var compiledModule = sync.OnceValues(func() (wazero.CompiledModule, error) {
-	wasm, err := builtModule()
-	if err != nil {
-		return nil, err
-	}
-	ctx := context.Background()
-	return wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter()).CompileModule(ctx, wasm)
-})
-
-func compileBuiltModule(t *testing.T) wazero.CompiledModule {
-	t.Helper()
-	compiled, err := compiledModule()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return compiled
-}
-
-func TestBuiltModuleLinksInEnvoy133(t *testing.T) {
-	compiled := compileBuiltModule(t)
-	abi, ok := envoyabi.DeclaredABI(compiled.ExportedFunctions())
-	if !ok {
-		t.Fatal(envoyabi.ErrUnknownABI)
-	}
-	if err := envoyabi.CheckImports(envoyabi.Envoy133, abi, compiled.ImportedFunctions()); err != nil {
-		t.Fatalf("Envoy 1.33 would refuse the module:\n%v", err)
-	}
-}
-
-func TestBuiltModuleExportsWhatEnvoyCalls(t *testing.T) {
-	exports := compileBuiltModule(t).ExportedFunctions()
-	if abi, ok := envoyabi.DeclaredABI(exports); !ok || !strings.HasPrefix(abi, "0.2.") {
-		t.Errorf("declared ABI %q (%v); want 0.2.x", abi, ok)
-	}
-	if exports["malloc"] == nil && exports["proxy_on_memory_allocate"] == nil {
-		t.Error("no allocator export (malloc or proxy_on_memory_allocate)")
-	}
-	for _, name := range []string{"_initialize", "proxy_on_context_create", "proxy_on_configure", "proxy_on_request_headers", "proxy_on_log", "proxy_on_done", "proxy_on_delete"} {
-		if exports[name] == nil {
-			t.Errorf("missing export %s", name)
-		}
-	}
-	for _, name := range []string{"_start", "main"} {
-		if exports[name] != nil {
-			t.Errorf("exports %s: a reactor must not", name)
-		}
-	}
-}
 
 // The module announces the schema version it reads, as the hosts read it
 // from the file: the export's name spells discovery's version.

@@ -1,5 +1,3 @@
-// Package discoverytest builds snapshot documents for tests: a control plane in
-// the middle of a rolling upgrade, described by which server serves what.
 package discoverytest
 
 import (

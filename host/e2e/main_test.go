@@ -45,8 +45,9 @@ func runTests(m *testing.M) int {
 	return m.Run()
 }
 
-// buildSkewgate runs `go build ./host/cmd/skewgate` from the module root and checks that the
-// plugin module `make build` produces is there.
+// buildSkewgate builds ./host/cmd/skewgate from the module root as the Makefile builds
+// bin/skewgate (static, so that it also goes into skewgate's image), and checks that the plugin
+// module `make build` produces is there.
 func buildSkewgate(work string) {
 	root, err := filepath.Abs(repoRoot)
 	if err != nil {
@@ -67,8 +68,9 @@ func buildSkewgate(work string) {
 	binary := filepath.Join(work, "skewgate")
 	ctx, cancel := context.WithTimeout(context.Background(), skewgateBuildTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, goTool, "build", "-o", binary, "./host/cmd/skewgate")
+	cmd := exec.CommandContext(ctx, goTool, "build", "-trimpath", "-tags", "grpcnotrace", "-o", binary, "./host/cmd/skewgate")
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

@@ -98,6 +98,8 @@ type Server struct {
 	Args []string
 	// Running is false between Stop and the next Restart.
 	Running bool
+	// PID is the kube-apiserver process's ID since the latest start, for reading what it costs in /proc.
+	PID int
 }
 
 type apiServer struct {
@@ -261,6 +263,7 @@ func (c *Cluster) launch(ctx context.Context, s *apiServer, binary string, newPo
 			return err
 		}
 		s.proc = proc
+		s.info.PID = proc.PID()
 		s.info.URL = "https://127.0.0.1:" + strconv.Itoa(s.port)
 		s.info.Args = args
 		s.info.Running = true

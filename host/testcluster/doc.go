@@ -11,4 +11,9 @@
 // FreePorts give processes run next to the cluster (proxies in front of it) the same lifecycle
 // as the servers. Cluster.StartKubelet registers a stand-in kubelet, reached by the servers over
 // verified TLS, for exec, attach, port-forward and logs.
+//
+// Only this module's tests, benchmarks and test commands import it, yet it is not internal: the
+// benchmark harness (bench/cmd/skewbench) starts its clusters too, and Go lets a package under
+// host/internal/ be imported only from host/; the module root, the only common ancestor, keeps no
+// internal/ directory. No shipped binary links it.
 package testcluster

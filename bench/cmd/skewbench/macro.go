@@ -114,26 +114,31 @@ type macroEnv struct {
 	nodeLocalMetricsURL string
 	footprint           report.NodeLocalFootprint
 	procs               []*testcluster.Process
+	// meters say, by path ID, where to read what the process serving the
+	// path spends.
+	meters map[string]meter
+	// costs are the measured paths' costs, one per round.
+	costs []report.RoundCosts
 	// etags are the /apis ETags each side serves, for the 304 paths.
 	skewgateETag, apiserverETag string
 }
 
 // runMacro starts the cluster and measures everything that runs in front of
 // it: the macro paths' rounds and node-local skewgate's footprint.
-func runMacro(ctx context.Context, cfg macroConfig) ([]report.Round, report.NodeLocalFootprint, error) {
+func runMacro(ctx context.Context, cfg macroConfig) ([]report.Round, []report.RoundCosts, report.NodeLocalFootprint, error) {
 	fmt.Fprintf(cfg.progress, "skewbench: starting etcd %s and three kube-apiservers %v (binaries are built on first use)\n",
 		etcdVersion, cfg.kubeVersions())
 	cluster, err := testcluster.Start(ctx, progressLogger{cfg.progress}, testcluster.Spec{Servers: clusterSpec})
 	if err != nil {
-		return nil, report.NodeLocalFootprint{}, err
+		return nil, nil, report.NodeLocalFootprint{}, err
 	}
-	env := &macroEnv{cfg: cfg, cluster: cluster, client: tokenClient(cluster)}
+	env := &macroEnv{cfg: cfg, cluster: cluster, client: tokenClient(cluster), meters: map[string]meter{}}
 	defer env.close()
 	for _, s := range cluster.Servers() {
 		env.serverURLs = append(env.serverURLs, s.URL)
 	}
 	rounds, err := env.run(ctx)
-	return rounds, env.footprint, err
+	return rounds, env.costs, env.footprint, err
 }
 
 // run starts every hop, timing node-local skewgate's start, waits until every
@@ -148,17 +153,23 @@ func (e *macroEnv) run(ctx context.Context) ([]report.Round, error) {
 	}
 	var rounds []report.Round
 	for r := 1; r <= e.cfg.rounds; r++ {
-		round := report.Round{}
+		round, costs := report.Round{}, report.RoundCosts{}
 		for _, spec := range report.MacroPaths {
-			res, err := e.measure(ctx, spec.ID)
+			res, cost, measured, err := e.measure(ctx, spec.ID)
 			if err != nil {
 				return nil, fmt.Errorf("round %d, %s: %w", r, spec.ID, err)
 			}
-			fmt.Fprintf(e.cfg.progress, "skewbench: round %d/%d %-20s p50 %8.0f µs  p99 %8.0f µs  %7.0f rps  (%d ok, errors %v)\n",
-				r, e.cfg.rounds, spec.ID, res.P50, res.P99, res.RPS, res.OK, res.Errors)
+			perRequest := ""
+			if measured {
+				costs[spec.ID] = cost
+				perRequest = fmt.Sprintf("  %6.1f µs CPU/request", float64(cost.CPUSeconds)*1e6/float64(cost.Requests))
+			}
+			fmt.Fprintf(e.cfg.progress, "skewbench: round %d/%d %-20s p50 %8.0f µs  p99 %8.0f µs  %7.0f rps%s  (%d ok, errors %v)\n",
+				r, e.cfg.rounds, spec.ID, res.P50, res.P99, res.RPS, perRequest, res.OK, res.Errors)
 			round[spec.ID] = res
 		}
 		rounds = append(rounds, round)
+		e.costs = append(e.costs, costs)
 	}
 	if err := e.readNodeLocalMemory(); err != nil {
 		return nil, err
@@ -175,13 +186,13 @@ func (e *macroEnv) run(ctx context.Context) ([]report.Round, error) {
 // servers.
 func (e *macroEnv) startHops(ctx context.Context) error {
 	var err error
-	if e.plainURL, err = e.startPlainProxy(ctx, "plain-proxy", e.serverURLs); err != nil {
+	if e.plainURL, err = e.startPlainProxy(ctx, report.PathPlainProxy, e.serverURLs); err != nil {
 		return err
 	}
-	if e.plainLocalURL, err = e.startPlainProxy(ctx, "plain-proxy-local", []string{e.serverURL(serverOld)}); err != nil {
+	if e.plainLocalURL, err = e.startPlainProxy(ctx, report.PathPlainProxyLocal, []string{e.serverURL(serverOld)}); err != nil {
 		return err
 	}
-	if e.tcpLocalURL, err = e.startTCPProxy(ctx, "tcp-proxy-local", e.serverURL(serverOld)); err != nil {
+	if e.tcpLocalURL, err = e.startTCPProxy(ctx, report.PathTCPProxyLocal, e.serverURL(serverOld)); err != nil {
 		return err
 	}
 	fmt.Fprintln(e.cfg.progress, "skewbench: starting skewgate serve")
@@ -194,6 +205,13 @@ func (e *macroEnv) startHops(ctx context.Context) error {
 		return err
 	}
 	e.skewgateURL, e.skewgateMetricsURL = "https://"+loopback(sg.ports[0]), "http://"+loopback(sg.ports[1])
+	gateway := meter{pid: sg.proc.PID(), metricsURL: e.skewgateMetricsURL + "/metrics"}
+	for _, id := range []string{report.PathSkewgate, report.PathSkewgateRerouted, report.PathSkewgateAPIs, report.PathSkewgateAPIs304} {
+		e.meters[id] = gateway
+	}
+	// The /apis paths of the API server: the one server answering them.
+	apiserver := meter{pid: e.cluster.Server(serverNew).PID, metricsURL: e.serverURL(serverNew) + "/metrics"}
+	e.meters[report.PathAPIServerAPIs], e.meters[report.PathAPIServerAPIs304] = apiserver, apiserver
 	return e.startNodeLocalSkewgate(ctx)
 }
 
@@ -280,8 +298,8 @@ func (e *macroEnv) startProcess(ctx context.Context, name string, nPorts int, ar
 // backends and returns its URL.
 func (e *macroEnv) startPlainProxy(ctx context.Context, name string, backends []string) (string, error) {
 	files := e.cluster.PKI().Files
-	s, err := e.startProcess(ctx, name, 1, func(ports []int) []string {
-		argv := []string{e.cfg.self, "plain-proxy", "-listen", loopback(ports[0]),
+	s, err := e.startProcess(ctx, name, 2, func(ports []int) []string {
+		argv := []string{e.cfg.self, "plain-proxy", "-listen", loopback(ports[0]), "-metrics-listen", loopback(ports[1]),
 			"-tls-cert-file", files.ServingCert, "-tls-private-key-file", files.ServingKey, "-peer-ca-file", files.CACert}
 		for _, u := range backends {
 			argv = append(argv, "-backend", u)
@@ -291,6 +309,7 @@ func (e *macroEnv) startPlainProxy(ctx context.Context, name string, backends []
 	if err != nil {
 		return "", err
 	}
+	e.meters[name] = meter{pid: s.proc.PID(), metricsURL: "http://" + loopback(s.ports[1]) + "/metrics"}
 	return "https://" + loopback(s.ports[0]), nil
 }
 
@@ -301,12 +320,14 @@ func (e *macroEnv) startTCPProxy(ctx context.Context, name, serverURL string) (s
 	if err != nil {
 		return "", err
 	}
-	s, err := e.startProcess(ctx, name, 1, func(ports []int) []string {
-		return []string{e.cfg.self, "tcp-proxy", "-listen", loopback(ports[0]), "-backend", server.Host}
+	s, err := e.startProcess(ctx, name, 2, func(ports []int) []string {
+		return []string{e.cfg.self, "tcp-proxy", "-listen", loopback(ports[0]), "-metrics-listen", loopback(ports[1]),
+			"-backend", server.Host}
 	}, func(ports []int) string { return "https://" + loopback(ports[0]) + commonPath })
 	if err != nil {
 		return "", err
 	}
+	e.meters[name] = meter{pid: s.proc.PID(), metricsURL: "http://" + loopback(s.ports[1]) + "/metrics"}
 	return "https://" + loopback(s.ports[0]), nil
 }
 
@@ -490,9 +511,23 @@ func (e *macroEnv) target(id string) pathTarget {
 	panic("unknown macro path " + id)
 }
 
-// measure runs loadgen once for a path.
-func (e *macroEnv) measure(ctx context.Context, id string) (*loadgen.Result, error) {
-	return e.load(ctx, id, e.cfg.requests, e.cfg.duration)
+// measure runs loadgen once for a path and, when the harness meters the
+// process serving it, what that process spent.
+func (e *macroEnv) measure(ctx context.Context, id string) (res *loadgen.Result, c report.Cost, measured bool, err error) {
+	load := func() (int, error) {
+		res, err = e.load(ctx, id, e.cfg.requests, e.cfg.duration)
+		if err != nil {
+			return 0, err
+		}
+		return e.cfg.warmup + res.Count, nil
+	}
+	m, measured := e.meters[id]
+	if !measured {
+		_, err = load()
+		return res, c, false, err
+	}
+	c, err = e.measureCost(ctx, m, load)
+	return res, c, true, err
 }
 
 // load runs loadgen for a path, bounded by requests and duration.

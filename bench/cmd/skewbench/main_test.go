@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -28,7 +29,7 @@ var passingFigures = map[string]float64{
 	report.FigureForwardRPS: 0.99, report.FigureAPIsRPS: 3, report.FigurePluginOverNative: 12,
 	report.FigureRouting: 0.2, report.FigureDecideAllocs: 0, report.FigureMerge: 0.5,
 	report.FigureNodeLocalAddedP50: 1.05, report.FigureNodeLocalRSS: 48, report.FigureNodeLocalReadyWarm: 0.5,
-	report.FigureNodeLocalReadyCold: 2.5,
+	report.FigureNodeLocalReadyCold: 2.5, report.FigureForwardCPU: 1.1, report.FigureAPIsCPU: 0.4,
 }
 
 func saveResults(t *testing.T, dir, date string, figures map[string]float64) {
@@ -397,5 +398,69 @@ func TestTCPProxyAcceptsOnlyLoopbackAddresses(t *testing.T) {
 				t.Errorf("loopbackAddrPort(%q) = %v; want ok=%v", c.addr, err, c.ok)
 			}
 		})
+	}
+}
+
+func TestParseProcessCPUAddsUserAndSystemTicks(t *testing.T) {
+	// A command name with spaces and a parenthesis, then fields 3 to 17:
+	// utime (14) 250 ticks, stime (15) 50 ticks; cutime and cstime (16, 17),
+	// the children's, are left out.
+	stat := "1234 (we (ird) name) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 7 9 20 0 12 0 100 0\n"
+	got, err := parseProcessCPU(stat)
+	if err != nil || got != 3*time.Second {
+		t.Errorf("parseProcessCPU = %v, %v; want 3s", got, err)
+	}
+	if _, err := parseProcessCPU("1234 (short) S 1 2"); err == nil {
+		t.Error("a truncated stat line parsed")
+	}
+	if own, err := processCPU(os.Getpid()); err != nil || own <= 0 {
+		t.Errorf("processCPU(self) = %v, %v; want a positive time", own, err)
+	}
+}
+
+func TestParseAllocBytesFindsTheCounterInAnExposition(t *testing.T) {
+	exposition := "# HELP go_memstats_alloc_bytes Number of bytes allocated and still in use.\n" +
+		"go_memstats_alloc_bytes 1.5e+06\n" +
+		"# TYPE go_memstats_alloc_bytes_total counter\n" +
+		"go_memstats_alloc_bytes_total 2.5e+09\n"
+	if got, err := parseAllocBytes(exposition); err != nil || got != 2.5e9 {
+		t.Errorf("parseAllocBytes = %v, %v; want 2.5e9", got, err)
+	}
+	if _, err := parseAllocBytes("go_memstats_alloc_bytes 1\n"); err == nil {
+		t.Error("an exposition without the counter parsed")
+	}
+}
+
+func TestCallgrindsClosingCountIsRead(t *testing.T) {
+	out := "==123== Events    : Ir\n==123== Collected : 834866053\n==123== \n==123== I   refs:      834,866,053\n"
+	if m := collected.FindStringSubmatch(out); m == nil || m[1] != "834866053" {
+		t.Errorf("collected matched %q; want 834866053", m)
+	}
+}
+
+func TestMeasureCostTakesOneReadOfTheMetricsOffTheAllocations(t *testing.T) {
+	// Every read of the metrics allocates 100 bytes after the count it shows;
+	// the measured window allocates 5000.
+	var allocated atomic.Int64
+	metrics := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "go_memstats_alloc_bytes_total %d\n", allocated.Load())
+		allocated.Add(100)
+	}))
+	defer metrics.Close()
+	e := &macroEnv{client: metrics.Client()}
+	c, err := e.measureCost(context.Background(), meter{pid: os.Getpid(), metricsURL: metrics.URL + "/metrics"},
+		func() (int, error) {
+			allocated.Add(5000)
+			return 50, nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Requests != 50 || c.AllocBytes != 5000 || c.CPUSeconds < 0 {
+		t.Errorf("cost %+v; want 50 requests, 5000 bytes and a CPU time", c)
+	}
+	noMetrics, err := e.measureCost(context.Background(), meter{pid: os.Getpid()}, func() (int, error) { return 1, nil })
+	if err != nil || !math.IsNaN(float64(noMetrics.AllocBytes)) {
+		t.Errorf("without metrics: %+v, %v; want no allocation count", noMetrics, err)
 	}
 }

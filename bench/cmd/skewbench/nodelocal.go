@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/skewgate/skewgate/bench/internal/report"
 	"github.com/skewgate/skewgate/discovery"
 )
 
@@ -45,6 +46,7 @@ func (e *macroEnv) startNodeLocalSkewgate(ctx context.Context) error {
 		cold.readyAfter.Round(readyPoll), warm.readyAfter.Round(readyPoll))
 	e.nodeLocal = warm.proc
 	e.nodeLocalURL, e.nodeLocalMetricsURL = "https://"+loopback(warm.ports[0]), "http://"+loopback(warm.ports[1])
+	e.meters[report.PathSkewgateNodeLocal] = meter{pid: warm.proc.PID(), metricsURL: e.nodeLocalMetricsURL + "/metrics"}
 	return nil
 }
 

@@ -33,6 +33,7 @@ func runPlainProxy(args []string, stderr io.Writer) error {
 	keyFile := fs.String("tls-private-key-file", "", "serving key")
 	caFile := fs.String("peer-ca-file", "", "CA that verifies the API servers")
 	serverName := fs.String("peer-server-name", "kubernetes.default.svc", "name verified in the API servers' certificates")
+	metricsListen := fs.String("metrics-listen", "", "loopback host:port serving the bytes this process allocated at /metrics (none when empty)")
 	var backends repeated
 	fs.Var(&backends, "backend", "API server URL https://127.0.0.1:port (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -52,6 +53,11 @@ func runPlainProxy(args []string, stderr io.Writer) error {
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
+	}
+	if *metricsListen != "" {
+		if err := serveAllocMetric(*metricsListen); err != nil {
+			return err
+		}
 	}
 	protocols := &http.Protocols{}
 	protocols.SetHTTP1(true)

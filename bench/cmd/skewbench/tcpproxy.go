@@ -24,6 +24,7 @@ func runTCPProxy(args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:0", "loopback host:port to accept on")
 	backend := fs.String("backend", "", "loopback host:port of the API server")
+	metricsListen := fs.String("metrics-listen", "", "loopback host:port serving the bytes this process allocated at /metrics (none when empty)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -41,6 +42,11 @@ func runTCPProxy(args []string, stderr io.Writer) error {
 	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(listenAddr))
 	if err != nil {
 		return err
+	}
+	if *metricsListen != "" {
+		if err := serveAllocMetric(*metricsListen); err != nil {
+			return err
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -22,7 +22,11 @@ func (r *Results) Markdown(chartFile string) []byte {
 	fmt.Fprintf(&b, "- kube-apiserver: %s; etcd %s\n", strings.Join(r.Machine.KubeAPIServer, ", "), r.Machine.Etcd)
 	s := r.Settings
 	if len(r.Benchmarks) > 0 {
-		fmt.Fprintf(&b, "- Micro: every benchmark %d times (-benchtime %s), medians; ratios per run, then the median\n", s.MicroRuns, s.MicroBenchtime)
+		fmt.Fprintf(&b, "- Micro: every benchmark %d times (-benchtime %s), medians; ratios per run, then the median", s.MicroRuns, s.MicroBenchtime)
+		if r.MicroFrom != "" {
+			fmt.Fprintf(&b, "; measured by the run started %s", r.MicroFrom)
+		}
+		b.WriteString("\n")
 	}
 	if len(r.Paths) > 0 {
 		fmt.Fprintf(&b, "- Macro: %d interleaved rounds over every path; per path %s, concurrency %d, at most %d requests and %s; ratios per round, then the median\n",
@@ -61,13 +65,22 @@ func (r *Results) Markdown(chartFile string) []byte {
 		}
 	}
 	if len(r.Figures) > 0 {
-		b.WriteString("\n## Figures\n\n| Figure | Median | Unit | Per run or round |\n|---|---:|---|---|\n")
+		b.WriteString("\n## Figures\n\n")
+		b.WriteString("The spread within the run is (largest - smallest) / median of its runs or rounds. ")
+		if r.Earlier != nil {
+			fmt.Fprintf(&b, "The earlier run is the one started %s; run to run is this median's difference from its median. ", r.Earlier.Started)
+		}
+		b.WriteString("CPU and allocations per request (`cpu.*`, `alloc.*`, group cost) are the serving process's own, over each " +
+			"measurement's window; instruction counts (`instructions.*`) come from an instruction-level simulator.\n\n")
+		b.WriteString("| Figure | Median | Unit | Spread within the run | Earlier run | Run to run | Per run or round |\n|---|---:|---|---:|---:|---:|---|\n")
 		for _, f := range r.Figures {
 			runs := make([]string, len(f.Runs))
 			for i, v := range f.Runs {
 				runs[i] = formatNumber(float64(v))
 			}
-			fmt.Fprintf(&b, "| %s (`%s`) | %s | %s | %s |\n", f.Label, f.Key, formatNumber(float64(f.Value)), f.Unit, strings.Join(runs, ", "))
+			earlier, change := r.runToRun(f)
+			fmt.Fprintf(&b, "| %s (`%s`) | %s | %s | %s | %s | %s | %s |\n", f.Label, f.Key, formatNumber(float64(f.Value)), f.Unit,
+				formatPercent(spreadWithin(f), false), blankIfNaN(earlier), formatPercent(change, true), strings.Join(runs, ", "))
 		}
 	}
 	if len(r.Benchmarks) > 0 {
@@ -171,6 +184,26 @@ func formatNumber(v float64) string {
 		return "n/a"
 	}
 	return formatValue(v)
+}
+
+func blankIfNaN(v float64) string {
+	if math.IsNaN(v) {
+		return ""
+	}
+	return formatValue(v)
+}
+
+// formatPercent prints a fraction as a percentage, with its sign when signed;
+// empty when undefined.
+func formatPercent(fraction float64, signed bool) string {
+	switch {
+	case math.IsNaN(fraction) || math.IsInf(fraction, 0):
+		return ""
+	case signed:
+		return fmt.Sprintf("%+.1f%%", fraction*100)
+	default:
+		return fmt.Sprintf("%.1f%%", fraction*100)
+	}
 }
 
 func formatDuration(seconds float64) string {

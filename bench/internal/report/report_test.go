@@ -315,6 +315,100 @@ func resultsWith(figures map[string]float64) *Results {
 	return r
 }
 
+func TestAddCostsDividesByRequestsPerRoundThenTakesTheMedian(t *testing.T) {
+	r := &Results{}
+	round := func(plainCPU, gatewayCPU float64) RoundCosts {
+		return RoundCosts{
+			PathPlainProxy: {Requests: 1000, CPUSeconds: Number(plainCPU), AllocBytes: 4e6},
+			PathSkewgate:   {Requests: 500, CPUSeconds: Number(gatewayCPU), AllocBytes: 3e6},
+			// No metrics: no allocation figure.
+			PathAPIServerAPIs: {Requests: 100, CPUSeconds: 0.1, AllocBytes: Number(math.NaN())},
+		}
+	}
+	r.AddCosts([]RoundCosts{round(0.1, 0.06), round(0.2, 0.12), round(0.1, 0.1)})
+	want := map[string]float64{
+		"cpu.plain-proxy.us_per_request":         100, // 100, 200, 100 µs
+		"cpu.skewgate.us_per_request":            200, // 120, 240, 200 µs
+		"alloc.skewgate.bytes_per_request":       6000,
+		"cpu.apiserver-apis.us_per_request":      1000,
+		FigureForwardCPU:                         1.2, // 1.2, 1.2, 2
+		"forward.alloc.skewgate_over_plain":      1.5,
+		"cpu.skewgate-apis.us_per_request":       math.NaN(), // not measured in any round
+		"alloc.apiserver-apis.bytes_per_request": math.NaN(),
+	}
+	for key, v := range want {
+		f, ok := r.Figure(key)
+		switch {
+		case math.IsNaN(v) && key[:5] == "alloc":
+			if ok {
+				t.Errorf("%s recorded without any count of allocations", key)
+			}
+		case !ok:
+			t.Errorf("no figure %s", key)
+		case math.IsNaN(v) != math.IsNaN(float64(f.Value)) || !math.IsNaN(v) && math.Abs(float64(f.Value)-v) > 1e-9:
+			t.Errorf("%s = %v (runs %v); want %v", key, f.Value, f.Runs, v)
+		}
+	}
+}
+
+func TestAddInstructionsRecordsEachBenchmarkAndWhatTheGatewayAdds(t *testing.T) {
+	r := &Results{}
+	r.AddInstructions(map[string][]float64{InstructionsGateway: {600e3, 602e3}, InstructionsPlainProxy: {400e3, 400e3}},
+		map[string]string{InstructionsGateway: "gateway", InstructionsPlainProxy: "plain"})
+	for key, want := range map[string]float64{
+		"instructions.gateway.per_request":       601e3,
+		"instructions.plain_proxy.per_request":   400e3,
+		FigureInstructionsRatio:                  1.5025,
+		"instructions.gateway_added.per_request": 201e3,
+	} {
+		if f, ok := r.Figure(key); !ok || math.Abs(float64(f.Value)-want) > 1e-6 || len(f.Runs) != 2 {
+			t.Errorf("%s = %+v, %v; want %v over 2 runs", key, f, ok, want)
+		}
+	}
+	none := &Results{}
+	none.AddInstructions(nil, nil)
+	if len(none.Figures) != 0 {
+		t.Errorf("no counts gave figures %+v", none.Figures)
+	}
+}
+
+func TestTakeMicroKeepsTheMicroAndInstructionFiguresOnly(t *testing.T) {
+	from := &Results{Started: "2026-01-02T09:00:00Z", Settings: Settings{MicroRuns: 5, MicroBenchtime: "500ms"},
+		Benchmarks: []Benchmark{{Name: "BenchmarkDecide/get", Runs: 5}},
+		Figures: []Figure{{Group: GroupMicro, Key: FigureDecideAllocs}, {Group: GroupInstructions, Key: FigureInstructionsRatio},
+			{Group: GroupMacro, Key: FigureForwardRPS}, {Group: GroupCost, Key: FigureForwardCPU}}}
+	r := &Results{}
+	r.TakeMicro(from)
+	_, decide := r.Figure(FigureDecideAllocs)
+	_, instructions := r.Figure(FigureInstructionsRatio)
+	_, rps := r.Figure(FigureForwardRPS)
+	_, cpu := r.Figure(FigureForwardCPU)
+	if !decide || !instructions || rps || cpu || len(r.Benchmarks) != 1 || r.Settings.MicroRuns != 5 {
+		t.Errorf("took %+v", r)
+	}
+	if md := string(r.Markdown("c.svg")); !strings.Contains(md, "measured by the run started 2026-01-02T09:00:00Z") {
+		t.Errorf("Markdown does not say which run measured the micro benchmarks:\n%s", md)
+	}
+}
+
+func TestRunToRunSpreadComparesWithTheEarlierRunsMedian(t *testing.T) {
+	earlier := &Results{Date: "2026-01-02", Started: "2026-01-02T10:00:00Z",
+		Figures: []Figure{{Key: "cpu.skewgate.us_per_request", Value: 100}}}
+	r := &Results{Date: "2026-01-02", Figures: []Figure{
+		{Key: "cpu.skewgate.us_per_request", Label: "CPU", Unit: "µs", Value: 104, Runs: []Number{100, 104, 110}},
+		{Key: "new", Label: "new figure", Unit: "ratio", Value: 1, Runs: []Number{1}},
+	}}
+	r.SetEarlier(earlier)
+	md := string(r.Markdown("c.svg"))
+	for _, want := range []string{"the one started 2026-01-02T10:00:00Z",
+		"| CPU (`cpu.skewgate.us_per_request`) | 104 | µs | 9.6% | 100 | +4.0% | 100, 104, 110 |",
+		"| new figure (`new`) | 1 | ratio |  |  |  | 1 |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("Markdown lacks %q:\n%s", want, md)
+		}
+	}
+}
+
 func TestCheckAppliesCeilingsAndFloorsInclusively(t *testing.T) {
 	ceiling := Budget{Text: "ceiling", Figure: "c", Limit: 0.5}
 	floor := Budget{Text: "floor", Figure: "f", AtLeast: true, Limit: 1.25}
@@ -374,6 +468,7 @@ func TestEveryBudgetNamesAFigureTheHarnessProduces(t *testing.T) {
 		FigureReroutedAddedP50: true, FigureReroutedRPS: true, FigureForwardAddedP50: true, FigureForwardRPS: true,
 		FigureAPIsRPS: true, FigurePluginOverNative: true, FigureRouting: true, FigureDecideAllocs: true, FigureMerge: true,
 		FigureNodeLocalAddedP50: true, FigureNodeLocalRSS: true, FigureNodeLocalReadyWarm: true, FigureNodeLocalReadyCold: true,
+		FigureForwardCPU: true, FigureAPIsCPU: true,
 	}
 	for _, b := range Budgets {
 		if !produced[b.Figure] {
@@ -515,7 +610,7 @@ func TestMarkdownReportsBudgetsPathsFiguresAndBenchmarks(t *testing.T) {
 		"| `direct-local`: direct to the node's own server (v1.35.4) | 600 µs |", "250 µs over `direct-local`",
 		"node-local: skewgate's added p50 <= 1.1 x the plain reverse proxy's (both in front of the node's own server) | 1.25 | FAIL",
 		"resident memory (VmRSS) after the rounds <= 64 MiB | 70 | FAIL", "warm compilation cache | 1 | PASS",
-		"(`nodelocal.memory.vmrss_mib`) | 70 | MiB | 70 |",
+		"(`nodelocal.memory.vmrss_mib`) | 70 | MiB |  |  |  | 70 |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("Markdown lacks %q:\n%s", want, md)

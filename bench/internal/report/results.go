@@ -83,6 +83,75 @@ type Results struct {
 	Topology string `json:"topology,omitempty"`
 	// WallSeconds is how long the whole harness run took.
 	WallSeconds Number `json:"wallSeconds"`
+	// Started is when the run began (RFC 3339).
+	Started string `json:"started,omitempty"`
+	// MicroFrom is when the run that measured the micro benchmarks and the
+	// instruction counts began, when another run did.
+	MicroFrom string `json:"microFrom,omitempty"`
+	// Earlier holds the figures of an earlier run set beside these: how far
+	// the two differ is the run-to-run spread of each figure.
+	Earlier *EarlierRun `json:"earlier,omitempty"`
+}
+
+// EarlierRun is another run's figures, by key.
+type EarlierRun struct {
+	Started string            `json:"started"`
+	Figures map[string]Number `json:"figures"`
+}
+
+// SetEarlier sets the figures of the earlier run e beside r's.
+func (r *Results) SetEarlier(e *Results) {
+	r.Earlier = &EarlierRun{Started: e.Started, Figures: map[string]Number{}}
+	if r.Earlier.Started == "" {
+		r.Earlier.Started = e.Date
+	}
+	for _, f := range e.Figures {
+		r.Earlier.Figures[f.Key] = f.Value
+	}
+}
+
+// TakeMicro copies the micro benchmarks, their figures and the instruction
+// counts of from, measured by another run, with their settings.
+func (r *Results) TakeMicro(from *Results) {
+	r.Benchmarks = append(r.Benchmarks, from.Benchmarks...)
+	for _, f := range from.Figures {
+		if f.Group == GroupMicro || f.Group == GroupInstructions {
+			r.Figures = append(r.Figures, f)
+		}
+	}
+	r.Settings.MicroRuns, r.Settings.MicroBenchtime = from.Settings.MicroRuns, from.Settings.MicroBenchtime
+	r.MicroFrom = from.Started
+	if r.MicroFrom == "" {
+		r.MicroFrom = from.Date
+	}
+}
+
+// spreadWithin is how far apart the runs or rounds of f lie, relative to
+// its median: (largest - smallest) / median; NaN for a single run.
+func spreadWithin(f Figure) float64 {
+	lo, hi, n := math.Inf(1), math.Inf(-1), 0
+	for _, v := range f.Runs {
+		if !math.IsNaN(float64(v)) {
+			lo, hi, n = math.Min(lo, float64(v)), math.Max(hi, float64(v)), n+1
+		}
+	}
+	if n < 2 {
+		return math.NaN()
+	}
+	return stats.Ratio(hi-lo, math.Abs(float64(f.Value)))
+}
+
+// runToRun is how far f's median lies from the earlier run's, relative to
+// the earlier one; NaN without an earlier run of the figure.
+func (r *Results) runToRun(f Figure) (earlier, change float64) {
+	if r.Earlier == nil {
+		return math.NaN(), math.NaN()
+	}
+	e, ok := r.Earlier.Figures[f.Key]
+	if !ok {
+		return math.NaN(), math.NaN()
+	}
+	return float64(e), stats.Ratio(float64(f.Value)-float64(e), math.Abs(float64(e)))
 }
 
 // Benchmark is one micro benchmark's medians.
@@ -115,7 +184,7 @@ type Path struct {
 
 // Figure is a derived value: Value is the median of Runs.
 type Figure struct {
-	// Group is GroupMicro or GroupMacro.
+	// Group is GroupMicro, GroupMacro, GroupCost or GroupInstructions.
 	Group string   `json:"group"`
 	Key   string   `json:"key"`
 	Label string   `json:"label"`
@@ -156,6 +225,12 @@ func (r *Results) addFigure(group, key, label, unit string, runs []float64) {
 const (
 	GroupMicro = "micro"
 	GroupMacro = "macro"
+	// GroupCost figures are what each macro measurement cost the process
+	// serving it, per request.
+	GroupCost = "cost"
+	// GroupInstructions figures are instructions counted by an instruction-
+	// level simulator over a micro benchmark: the same from run to run.
+	GroupInstructions = "instructions"
 )
 
 // Macro path identifiers. A path's floor is the direct request it adds a hop
@@ -274,6 +349,121 @@ func (r *Results) AddMacro(rounds []Round) error {
 	return nil
 }
 
+// Cost is what one measurement cost the process serving the path: the
+// stable figures, since CPU time and allocated bytes per request do not
+// depend on how busy the other cores were, as latency and throughput do.
+type Cost struct {
+	// Requests is what the load sent the process in the window, its warm-up
+	// included.
+	Requests int `json:"requests"`
+	// CPUSeconds is the process's user plus system time over the window.
+	CPUSeconds Number `json:"cpuSeconds"`
+	// AllocBytes is what the process allocated on its Go heap over the
+	// window; NaN when it exports no count.
+	AllocBytes Number `json:"allocBytes"`
+}
+
+func (c Cost) cpuPerRequest() float64 {
+	return stats.Ratio(float64(c.CPUSeconds)*1e6, float64(c.Requests))
+}
+
+func (c Cost) allocPerRequest() float64 {
+	return stats.Ratio(float64(c.AllocBytes), float64(c.Requests))
+}
+
+// RoundCosts are one round's costs, by path ID, for the paths whose serving
+// process the harness measures.
+type RoundCosts map[string]Cost
+
+// CostPaths are the paths whose serving process is measured, in the order the
+// figures list them: every hop the benchmark puts in front of the servers,
+// and the API server answering /apis.
+var CostPaths = []string{
+	PathPlainProxy, PathSkewgate, PathSkewgateRerouted, PathPlainProxyLocal, PathTCPProxyLocal, PathSkewgateNodeLocal,
+	PathSkewgateAPIs, PathAPIServerAPIs, PathSkewgateAPIs304, PathAPIServerAPIs304,
+}
+
+// AddCosts records, per path, the CPU time and the bytes allocated per
+// request, and their ratios between paths that the budgets compare, each
+// per round and then the median.
+func (r *Results) AddCosts(rounds []RoundCosts) {
+	series := func(id string, f func(Cost) float64) []float64 {
+		out := make([]float64, len(rounds))
+		for i, round := range rounds {
+			c, ok := round[id]
+			out[i] = math.NaN()
+			if ok {
+				out[i] = f(c)
+			}
+		}
+		return out
+	}
+	for _, id := range CostPaths {
+		spec, _ := pathSpec(id)
+		r.addFigure(GroupCost, "cpu."+id+".us_per_request", "CPU per request of the serving process: "+spec.Label, "µs",
+			series(id, Cost.cpuPerRequest))
+		if allocs := series(id, Cost.allocPerRequest); !allNaN(allocs) {
+			r.addFigure(GroupCost, "alloc."+id+".bytes_per_request", "bytes allocated per request by the serving process: "+spec.Label, "B",
+				allocs)
+		}
+	}
+	ratio := func(a, b string, f func(Cost) float64) []float64 {
+		as, bs := series(a, f), series(b, f)
+		out := make([]float64, len(rounds))
+		for i := range out {
+			out[i] = stats.Ratio(as[i], bs[i])
+		}
+		return out
+	}
+	r.addFigure(GroupCost, FigureForwardCPU, "no re-route: skewgate CPU per request / plain reverse proxy's", "ratio",
+		ratio(PathSkewgate, PathPlainProxy, Cost.cpuPerRequest))
+	r.addFigure(GroupCost, "forward.alloc.skewgate_over_plain", "no re-route: skewgate bytes allocated per request / plain reverse proxy's", "ratio",
+		ratio(PathSkewgate, PathPlainProxy, Cost.allocPerRequest))
+	r.addFigure(GroupCost, "nodelocal.cpu.skewgate_over_plain", "node-local: skewgate CPU per request / plain reverse proxy's", "ratio",
+		ratio(PathSkewgateNodeLocal, PathPlainProxyLocal, Cost.cpuPerRequest))
+	r.addFigure(GroupCost, FigureAPIsCPU, "/apis: skewgate merged CPU per request / kube-apiserver peer-aggregated's", "ratio",
+		ratio(PathSkewgateAPIs, PathAPIServerAPIs, Cost.cpuPerRequest))
+	r.addFigure(GroupCost, "apis304.cpu.skewgate_over_apiserver", "/apis 304: skewgate CPU per request / kube-apiserver's", "ratio",
+		ratio(PathSkewgateAPIs304, PathAPIServerAPIs304, Cost.cpuPerRequest))
+}
+
+func allNaN(values []float64) bool {
+	for _, v := range values {
+		if !math.IsNaN(v) {
+			return false
+		}
+	}
+	return true
+}
+
+// Instruction benchmarks: the same request in one process through the
+// gateway and through a bare reverse proxy (client, hop and backend alike).
+const (
+	InstructionsGateway    = "gateway"
+	InstructionsPlainProxy = "plain_proxy"
+)
+
+// AddInstructions records the instructions per request counted for each
+// instruction benchmark, one value per repetition, and what the gateway
+// executes per request over the bare reverse proxy.
+func (r *Results) AddInstructions(perRequest map[string][]float64, labels map[string]string) {
+	for _, key := range sortedKeys(perRequest) {
+		r.addFigure(GroupInstructions, "instructions."+key+".per_request", "instructions per request: "+labels[key], "instructions",
+			perRequest[key])
+	}
+	gateway, plain := perRequest[InstructionsGateway], perRequest[InstructionsPlainProxy]
+	if len(gateway) == 0 || len(plain) == 0 {
+		return
+	}
+	n := min(len(gateway), len(plain))
+	ratio, added := make([]float64, n), make([]float64, n)
+	for i := range n {
+		ratio[i], added[i] = stats.Ratio(gateway[i], plain[i]), gateway[i]-plain[i]
+	}
+	r.addFigure(GroupInstructions, FigureInstructionsRatio, "instructions per request: gateway / bare reverse proxy (both with client and backend)", "ratio", ratio)
+	r.addFigure(GroupInstructions, "instructions.gateway_added.per_request", "instructions per request the gateway adds to a bare reverse proxy", "instructions", added)
+}
+
 // NodeLocalFootprint is what node-local skewgate costs its node besides
 // latency, measured once per harness run.
 type NodeLocalFootprint struct {
@@ -332,12 +522,17 @@ const (
 	FigureForwardAddedP50  = "forward.added_p50.skewgate_over_plain"
 	FigureForwardRPS       = "forward.rps.skewgate_over_plain"
 	FigureAPIsRPS          = "apis.rps.skewgate_over_apiserver"
-	FigurePluginRequestNs  = "plugin.request.max_ns"
-	FigurePluginOverNative = "plugin.request.max_wasm_over_native"
-	FigureRouting          = "routing.all.skewgate_over_upstream"
-	FigureDecideNs         = "decide.max_ns"
-	FigureDecideAllocs     = "decide.max_allocs"
-	FigureMerge            = "merge.skewgate_over_upstream"
+	FigureForwardCPU       = "forward.cpu.skewgate_over_plain"
+	FigureAPIsCPU          = "apis.cpu.skewgate_over_apiserver"
+	// FigureInstructionsRatio is reported, not budgeted: both sides include
+	// the client's and the backend's instructions.
+	FigureInstructionsRatio = "instructions.gateway_over_plain"
+	FigurePluginRequestNs   = "plugin.request.max_ns"
+	FigurePluginOverNative  = "plugin.request.max_wasm_over_native"
+	FigureRouting           = "routing.all.skewgate_over_upstream"
+	FigureDecideNs          = "decide.max_ns"
+	FigureDecideAllocs      = "decide.max_allocs"
+	FigureMerge             = "merge.skewgate_over_upstream"
 
 	FigureNodeLocalAddedP50  = "nodelocal.added_p50.skewgate_over_plain"
 	FigureNodeLocalRSS       = "nodelocal.memory.vmrss_mib"

@@ -48,7 +48,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.GatewayAddress, "listen", "127.0.0.1:0", "host:port skewgate's gateway listens on")
 	fs.StringVar(&opts.MetricsAddress, "metrics-listen", "127.0.0.1:0", "host:port of skewgate's status page and metrics")
 	fs.StringVar(&opts.CompilationCacheDir, "compilation-cache-dir", "", "directory caching the compiled plugin across runs")
-	logs.Register(fs, "warn")
+	logs.AddFlags(fs, "warn")
 	if err := cmdline.Parse(fs, args, false); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0

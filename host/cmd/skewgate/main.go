@@ -8,7 +8,8 @@
 //	skewgate version                    print the build's version
 //
 // The demo (`make demo`) is the separate command skewgate-demo, so that its
-// fake servers and fixtures are not part of this binary.
+// fake servers and fixtures are not part of this binary; the xDS management
+// server for a fleet of Envoys is skewgate-xds, so that no gRPC is.
 package main
 
 import (

@@ -19,7 +19,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/skewgate/skewgate/host/internal/cmdline"
-	"github.com/skewgate/skewgate/host/internal/wasmoci"
+	"github.com/skewgate/skewgate/host/internal/ociimage"
 )
 
 func main() {
@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--wasm: %w", err)
 	}
-	img, err := wasmoci.Image(module)
+	img, err := ociimage.WasmImage(module)
 	if err != nil {
 		return fmt.Errorf("--wasm %s: %w", *wasmPath, err)
 	}
@@ -64,37 +64,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s packs to %s\n", *wasmPath, digest)
-
-	if *layoutDir != "" {
-		if err := wasmoci.WriteLayout(*layoutDir, img); err != nil {
-			return fmt.Errorf("--layout: %w", err)
-		}
-		fmt.Fprintf(stdout, "wrote OCI image layout %s (image %s)\n", *layoutDir, wasmoci.LayoutRefName)
-	}
-	for _, path := range *manifests {
-		before, err := os.ReadFile(path)
-		if err != nil {
-			return fmt.Errorf("--manifest: %w", err)
-		}
-		after, err := wasmoci.SetManifestDigest(before, digest)
-		if err != nil {
-			return fmt.Errorf("--manifest %s: %w", path, err)
-		}
-		if string(after) == string(before) {
-			fmt.Fprintf(stdout, "%s already references %s\n", path, digest)
-			continue
-		}
-		if err := os.WriteFile(path, after, 0o644); err != nil {
-			return fmt.Errorf("--manifest: %w", err)
-		}
-		fmt.Fprintf(stdout, "%s now references %s\n", path, digest)
-	}
-	if *pushRef != "" {
-		ref, err := wasmoci.Push(ctx, *pushRef, img, remote.WithAuthFromKeychain(authn.DefaultKeychain))
-		if err != nil {
-			return fmt.Errorf("--push %w", err)
-		}
-		fmt.Fprintf(stdout, "pushed %s\n", ref)
-	}
-	return nil
+	_, err = ociimage.Publish(ctx, img, ociimage.Publication{
+		Layout: *layoutDir, RefName: ociimage.WasmLayoutRefName, Manifests: *manifests, Push: *pushRef,
+	}, stdout, remote.WithAuthFromKeychain(authn.DefaultKeychain))
+	return err
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 
 	"github.com/skewgate/skewgate/host/internal/cmdline"
-	"github.com/skewgate/skewgate/host/internal/wasmoci"
+	"github.com/skewgate/skewgate/host/internal/ociimage"
 )
 
 const module = "\x00asm\x01\x00\x00\x00"
@@ -28,7 +28,7 @@ func TestRunPinsTheModuleInManifestsAndTheLayout(t *testing.T) {
 	dir := t.TempDir()
 	wasm := writeFile(t, filepath.Join(dir, "skewgate.wasm"), module)
 	manifest := writeFile(t, filepath.Join(dir, "plugin.yaml"), "url: oci://r/x@sha256:"+strings.Repeat("0", 64)+"\n")
-	img, err := wasmoci.Image([]byte(module))
+	img, err := ociimage.WasmImage([]byte(module))
 	if err != nil {
 		t.Fatal(err)
 	}

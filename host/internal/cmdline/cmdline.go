@@ -73,8 +73,8 @@ type LogFlags struct {
 	format, level string
 }
 
-// Register adds --log-format and --log-level to fs.
-func (l *LogFlags) Register(fs *pflag.FlagSet, defaultLevel string) {
+// AddFlags registers --log-format and --log-level.
+func (l *LogFlags) AddFlags(fs *pflag.FlagSet, defaultLevel string) {
 	fs.StringVar(&l.format, "log-format", "text", "log format: text or json")
 	fs.StringVar(&l.level, "log-level", defaultLevel, "minimum log level: debug, info, warn or error")
 }

@@ -245,21 +245,9 @@ func New(opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-// Apply makes rt current, for a routing that needs no new plugin
-// configuration.
-func (g *Gateway) Apply(rt Routing) error {
-	staged, err := g.Stage(rt)
-	if err != nil {
-		return err
-	}
-	staged.Commit()
-	return nil
-}
-
 // Staged is a routing built by Stage and not yet current.
 type Staged struct {
 	g         *Gateway
-	rt        Routing
 	old, next *state
 }
 
@@ -283,7 +271,7 @@ func (g *Gateway) Stage(rt Routing) (*Staged, error) {
 		maps.Copy(both.retired, old.retired)
 		g.state.Store(both)
 	}
-	return &Staged{g: g, rt: rt, old: old, next: next}, nil
+	return &Staged{g: g, old: old, next: next}, nil
 }
 
 // Commit makes the staged routing current; the clusters it dropped stay
@@ -301,7 +289,6 @@ func (s *Staged) Commit() {
 	}
 	g.state.Store(s.next)
 	g.metrics.forgetUpstreams(s.next)
-	g.metrics.generation.Set(float64(s.rt.Index.Snapshot().Generation))
 }
 
 // Abort keeps the routing that was current before Stage.
@@ -338,14 +325,6 @@ func (g *Gateway) build(rt Routing, old *state) (*state, error) {
 		next.byCluster[srv.Cluster] = b
 	}
 	return next, nil
-}
-
-// Index is the index of the current routing, nil before the first one.
-func (g *Gateway) Index() *discovery.Index {
-	if s := g.state.Load(); s != nil {
-		return s.index
-	}
-	return nil
 }
 
 // CloseIdleConnections closes idle connections to the API servers.

@@ -556,20 +556,20 @@ func TestMergedDiscoveryIsServedOnlyToClientsTheServersWouldAnswer(t *testing.T)
 
 func TestApplyKeepsPreviousRoutingWhenConfigurationFails(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
-	before := h.gw.Index()
+	before := currentIndex(h.gw)
 	staged, err := h.gw.Stage(Routing{Index: before, Addresses: map[string]string{"kube-a": "127.0.0.1:1", "kube-b": "127.0.0.1:2", "kube-c": "127.0.0.1:3"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	staged.Abort() // the plugin refused the configuration
-	if h.gw.Index() != before {
+	if currentIndex(h.gw) != before {
 		t.Fatal("the routing changed despite the rejection")
 	}
 	resp, body := do(t, h.client(nil, true), "GET", h.front.URL+commonPods, nil, nil)
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("after a rejected configuration: status %d: %s", resp.StatusCode, body)
 	}
-	if err := h.gw.Apply(Routing{Index: before, Addresses: map[string]string{"kube-a": "127.0.0.1:1"}}); err == nil {
+	if err := apply(h.gw, Routing{Index: before, Addresses: map[string]string{"kube-a": "127.0.0.1:1"}}); err == nil {
 		t.Error("routing with clusters that have no address was accepted")
 	}
 }

@@ -34,11 +34,21 @@ var (
 	pluginBytes []byte
 	pluginErr   error
 	// compilationCache keeps wazero's compiled plugin across the tests of one
-	// run; TestMain removes it.
+	// run; TestMain removes it unless keptCompilationCache named it.
 	compilationCache string
 )
 
+// keptCompilationCache names a compilation cache that outlives the run:
+// skewbench counts the instructions of a request through the gateway in a
+// simulator, where compiling the plugin would take minutes, after a run
+// outside it has filled the cache.
+const keptCompilationCache = "SKEWGATE_TEST_COMPILATION_CACHE"
+
 func TestMain(m *testing.M) {
+	if kept := os.Getenv(keptCompilationCache); kept != "" {
+		compilationCache = kept
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "skewgate-gateway-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -234,7 +244,7 @@ func (h *harness) apply(servers []discoverytest.Server, addresses map[string]str
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if err := h.gw.Apply(Routing{Index: ix, Addresses: addresses}); err != nil {
+	if err := apply(h.gw, Routing{Index: ix, Addresses: addresses}); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -428,4 +438,23 @@ func withHealth(servers []discoverytest.Server, unhealthy ...string) []discovery
 		out[i] = s
 	}
 	return out
+}
+
+// apply makes rt current, as serve does once the plugin accepted rt's
+// configuration.
+func apply(g *Gateway, rt Routing) error {
+	staged, err := g.Stage(rt)
+	if err != nil {
+		return err
+	}
+	staged.Commit()
+	return nil
+}
+
+// currentIndex is the index of the current routing, nil before the first one.
+func currentIndex(g *Gateway) *discovery.Index {
+	if s := g.state.Load(); s != nil {
+		return s.index
+	}
+	return nil
 }

@@ -88,14 +88,14 @@ func TestSeriesOfAClusterAreDroppedOnceNoRoutingNamesIt(t *testing.T) {
 		t.Fatalf("the failed attempt is not counted:\n%s", m)
 	}
 	without := routing(t, discoverytest.SkewedControlPlane()[1:])
-	if err := h.gw.Apply(without); err != nil {
+	if err := apply(h.gw, without); err != nil {
 		t.Fatal(err)
 	}
 	// A request decided against the previous configuration may still name it.
 	if m := scrape(t, h); !strings.Contains(m, `upstream="kube-a"`) {
 		t.Errorf("kube-a's series went with the first snapshot without it:\n%s", m)
 	}
-	if err := h.gw.Apply(without); err != nil {
+	if err := apply(h.gw, without); err != nil {
 		t.Fatal(err)
 	}
 	if m := scrape(t, h); strings.Contains(m, `"kube-a"`) || !strings.Contains(m, `upstream="kube-b"`) {
@@ -120,7 +120,7 @@ func TestARefusedRoutingLeavesNoSeries(t *testing.T) {
 		{"a cluster has no address", func(t *testing.T, g *Gateway) {
 			rt := routing(t, withZ)
 			delete(rt.Addresses, "kube-c")
-			if err := g.Apply(rt); err == nil {
+			if err := apply(g, rt); err == nil {
 				t.Fatal("a routing with a cluster without an address was applied")
 			}
 		}},

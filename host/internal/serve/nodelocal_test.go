@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"github.com/skewgate/skewgate/host/internal/cmdline"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,7 +15,7 @@ func TestNodeLocalModeSendsEverythingTheLocalServerServesToIt(t *testing.T) {
 	f.cfg.LocalAPIServer = f.cfg.APIServers[0]
 	f.cfg.BindAddress = ""
 	s := f.startServer(t)
-	if host := s.GatewayAddr().String(); !strings.HasPrefix(host, DefaultNodeLocalBindAddress+":") {
+	if host := s.GatewayAddr().String(); !strings.HasPrefix(host, cmdline.DefaultNodeLocalBindAddress+":") {
 		t.Errorf("node-local gateway listens on %s; want loopback by default", host)
 	}
 	client := f.gatewayClient()
@@ -39,8 +40,16 @@ func TestNodeLocalModeSendsEverythingTheLocalServerServesToIt(t *testing.T) {
 
 	f.servers[0].ready.Store(false)
 	eventually(t, "the local server marked unhealthy", func() bool {
-		ix := s.gw.Index()
-		return ix != nil && !ix.Healthy().Has(ix.Preferred())
+		applied := s.applied.Load()
+		if applied == nil {
+			return false
+		}
+		for _, srv := range applied.snap.Servers {
+			if srv.ID == applied.snap.Preferred {
+				return !srv.Healthy
+			}
+		}
+		return false
 	})
 	peers := map[string]bool{}
 	for range 6 {

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/skewgate/skewgate/host/envoyabi"
+	"github.com/skewgate/skewgate/host/internal/envoyabi"
 )
 
 // benchOptions configure the guest for its simple path only: one header read, one header replace and one counter

@@ -23,7 +23,7 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/experimental"
 
-	"github.com/skewgate/skewgate/host/envoyabi"
+	"github.com/skewgate/skewgate/host/internal/envoyabi"
 )
 
 // maxMemoryPages caps guest memory at 1 GiB, cpp-host's PROXY_WASM_HOST_MAX_WASM_MEMORY_SIZE_BYTES.
@@ -432,7 +432,6 @@ func (h *Host) Configure(ctx context.Context, configuration []byte) error {
 		s.mu.Unlock()
 		if err != nil {
 			h.discard(staged)
-			h.counters.configRejections.Add(1)
 			h.logger.Warn("plugin configuration rejected", "plugin", h.opts.PluginName, "error", err)
 			return err
 		}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/tetratelabs/wazero/api"
 
-	"github.com/skewgate/skewgate/host/envoyabi"
+	"github.com/skewgate/skewgate/host/internal/envoyabi"
 )
 
 func findImport(t testing.TB, envoy envoyabi.Version, qualifiedName string) *envoyabi.Import {

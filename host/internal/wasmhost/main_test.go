@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skewgate/skewgate/host/envoyabi"
+	"github.com/skewgate/skewgate/host/internal/envoyabi"
 )
 
 // guestWasmPath is the test guest (testdata/guest) built once for the whole package by TestMain.

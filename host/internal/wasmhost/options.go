@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/skewgate/skewgate/host/envoyabi"
+	"github.com/skewgate/skewgate/host/internal/envoyabi"
 )
 
 // FailurePolicy says how a request is answered when the plugin cannot process it (a trap, no instance available,

@@ -13,7 +13,7 @@ import (
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
 	"github.com/skewgate/skewgate/fixtures"
-	"github.com/skewgate/skewgate/host/envoyabi"
+	"github.com/skewgate/skewgate/host/internal/envoyabi"
 	"github.com/skewgate/skewgate/plugin/plugintest"
 )
 

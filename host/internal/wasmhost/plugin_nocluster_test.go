@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/skewgate/skewgate/discovery/discoverytest"
-	"github.com/skewgate/skewgate/host/envoyabi"
+	"github.com/skewgate/skewgate/host/internal/envoyabi"
 	"github.com/skewgate/skewgate/plugin/plugintest"
 )
 

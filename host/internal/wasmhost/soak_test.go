@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skewgate/skewgate/host/envoyabi"
+	"github.com/skewgate/skewgate/host/internal/envoyabi"
 )
 
 // TestSoakUnderEnvoy133WithGarbageCollection runs 100,000 streams through the guest under cpp-host #427 WASI

@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/skewgate/skewgate/host/envoyabi"
+	"github.com/skewgate/skewgate/host/internal/envoyabi"
 )
 
 // WASI as proxy-wasm-cpp-host implements it (src/exports.cc): no file system, stdout and stderr go to the log,

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skewgate/skewgate/host/envoyabi"
+	"github.com/skewgate/skewgate/host/internal/envoyabi"
 )
 
 func (p *probe) wasi(namespace, fn string, args ...uint64) uint32 {

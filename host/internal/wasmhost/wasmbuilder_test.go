@@ -6,7 +6,7 @@ import (
 
 	"github.com/tetratelabs/wazero/api"
 
-	"github.com/skewgate/skewgate/host/envoyabi"
+	"github.com/skewgate/skewgate/host/internal/envoyabi"
 )
 
 // wasmModule assembles small WebAssembly binaries for tests that need exact control over imports, exports and

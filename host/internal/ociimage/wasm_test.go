@@ -1,4 +1,4 @@
-package wasmoci
+package ociimage
 
 import (
 	"archive/tar"
@@ -28,7 +28,7 @@ func moduleWith(payload string) []byte {
 
 func mustImage(t *testing.T, module []byte) v1.Image {
 	t.Helper()
-	img, err := Image(module)
+	img, err := WasmImage(module)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,8 +169,8 @@ func TestImageRejectsWhatIsNotAWasmBinaryModule(t *testing.T) {
 		"gzipped module": gzipped(t, emptyModule),
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := Image(in); err == nil || !strings.Contains(err.Error(), "WebAssembly") {
-				t.Errorf("Image(%q) = %v, want an error saying it is not a WebAssembly module", in, err)
+			if _, err := WasmImage(in); err == nil || !strings.Contains(err.Error(), "WebAssembly") {
+				t.Errorf("WasmImage(%q) = %v, want an error saying it is not a WebAssembly module", in, err)
 			}
 		})
 	}
@@ -232,7 +232,7 @@ func TestWriteLayoutHoldsOnlyTheNewestImage(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "oci")
 	older, newer := moduleWith("older"), moduleWith("newer")
 	for _, module := range [][]byte{older, newer} {
-		if err := WriteLayout(dir, mustImage(t, module)); err != nil {
+		if err := WriteLayout(dir, mustImage(t, module), WasmLayoutRefName); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -245,8 +245,8 @@ func TestWriteLayoutHoldsOnlyTheNewestImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := mustDigest(t, mustImage(t, newer))
-	if len(im.Manifests) != 1 || im.Manifests[0].Digest != want || im.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != LayoutRefName {
-		t.Fatalf("index %+v: want the one image %s named %s", im.Manifests, want, LayoutRefName)
+	if len(im.Manifests) != 1 || im.Manifests[0].Digest != want || im.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != WasmLayoutRefName {
+		t.Fatalf("index %+v: want the one image %s named %s", im.Manifests, want, WasmLayoutRefName)
 	}
 	img, err := idx.Image(want)
 	if err != nil {
@@ -283,7 +283,7 @@ func TestWriteLayoutLeavesADirectoryThatIsNotALayout(t *testing.T) {
 	if err := os.WriteFile(keep, []byte("mine"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteLayout(dir, mustImage(t, emptyModule)); err == nil || !strings.Contains(err.Error(), "not an OCI image layout") {
+	if err := WriteLayout(dir, mustImage(t, emptyModule), WasmLayoutRefName); err == nil || !strings.Contains(err.Error(), "not an OCI image layout") {
 		t.Errorf("error %v, want a refusal naming the directory", err)
 	}
 	if _, err := os.Stat(keep); err != nil {

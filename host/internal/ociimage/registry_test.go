@@ -1,4 +1,4 @@
-package wasmoci
+package ociimage
 
 import (
 	"bytes"
