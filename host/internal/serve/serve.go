@@ -396,6 +396,9 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 			return err
 		}
 		s.plugins.host.Store(host)
+		// The host keeps the compiled module; the file's bytes (4 MiB)
+		// are not needed again.
+		s.wasm = nil
 		// Compiling the module churns through about a hundred MiB that the
 		// idle gateway would otherwise keep resident for minutes; the live
 		// heap afterwards is a fraction of that.
