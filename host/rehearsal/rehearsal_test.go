@@ -11,15 +11,31 @@ import (
 // These rehearsals run three real control-plane nodes each (host/testcluster/kubenode) and
 // upgrade them; binaries missing from the cache are built first (`make test-binaries`).
 
-const rehearsalTimeout = 50 * time.Minute
+const (
+	rehearsalTimeout = 50 * time.Minute
+	// teardownMargin is left of the test binary's -timeout for tearing the nodes down, so that a
+	// rehearsal that runs out of time still leaves nothing behind.
+	teardownMargin = 6 * time.Minute
+)
+
+// rehearsalContext ends after rehearsalTimeout, or teardownMargin before the test binary's
+// deadline if that is sooner.
+func rehearsalContext(t *testing.T) context.Context {
+	deadline := time.Now().Add(rehearsalTimeout)
+	if d, ok := t.Deadline(); ok && d.Add(-teardownMargin).Before(deadline) {
+		deadline = d.Add(-teardownMargin)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	t.Cleanup(cancel)
+	return ctx
+}
 
 // TestBaselineUpgrade135To136ShowsTheHarms upgrades 1.35 to 1.36 behind a per-request
 // round-robin proxy: the old kube-controller-manager that leads while the new servers serve a
 // kind it does not know finishes a namespace deletion that leaves that kind's objects in
 // storage, and clients get 404s for what exists.
 func TestBaselineUpgrade135To136ShowsTheHarms(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), rehearsalTimeout)
-	defer cancel()
+	ctx := rehearsalContext(t)
 	counts, err := Run(ctx, t, Scenario{From: testcluster.KubeVersion135, To: testcluster.KubeVersion136, Kinds: Kinds136, Endpoint: Baseline})
 	if err != nil {
 		t.Fatal(err)
@@ -38,8 +54,7 @@ func TestBaselineUpgrade135To136ShowsTheHarms(t *testing.T) {
 // before 1.19.1: the garbage collector learns the new kind from a new server and looks its owners
 // up on old ones, and deletes dependents whose owners exist.
 func TestBaselineControllersThroughEndpointUpgrade135To136DeletesDependents(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), rehearsalTimeout)
-	defer cancel()
+	ctx := rehearsalContext(t)
 	counts, err := Run(ctx, t, Scenario{From: testcluster.KubeVersion135, To: testcluster.KubeVersion136, Kinds: Kinds136, Endpoint: Baseline, ControllersThroughEndpoint: true})
 	if err != nil {
 		t.Fatal(err)

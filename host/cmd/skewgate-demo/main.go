@@ -29,9 +29,6 @@ func main() {
 	os.Exit(code)
 }
 
-// exitUsage is the exit code for a command-line mistake, as for skewgate.
-const exitUsage = 2
-
 // run starts the demo control plane, skewgate and a plain proxy, prints the
 // comparison and keeps running until ctx ends.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -53,7 +50,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
-		return exitUsage
+		return cmdline.ExitUsage
 	}
 	if fixtures != "" {
 		opts.Source = demo.FixtureSource(os.DirFS(fixtures))

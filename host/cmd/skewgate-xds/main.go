@@ -12,8 +12,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -29,19 +27,8 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
 
-// exitUsage is the exit code for a command-line mistake.
-const exitUsage = 2
-
 func run(args []string, stderr io.Writer) int {
-	err := serve(args, stderr)
-	switch {
-	case err == nil, errors.Is(err, pflag.ErrHelp):
-		return 0
-	case errors.Is(err, cmdline.ErrUsage):
-		return exitUsage
-	}
-	fmt.Fprintf(stderr, "skewgate-xds: %v\n", err)
-	return 1
+	return cmdline.ExitCode("skewgate-xds", serve(args, stderr), stderr)
 }
 
 // serve runs the controller and the management server until SIGINT or

@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,10 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	extensionv3 "github.com/envoyproxy/go-control-plane/envoy/service/extension/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -28,6 +34,8 @@ import (
 	"github.com/skewgate/skewgate/host/internal/controller"
 	"github.com/skewgate/skewgate/host/internal/devpki"
 	"github.com/skewgate/skewgate/host/internal/envoyconfig"
+	"github.com/skewgate/skewgate/host/internal/metricstest"
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 const envoyWasmPath = "/etc/skewgate/skewgate.wasm"
@@ -308,5 +316,33 @@ func TestAnEnvoyModuleOfAnotherMajorVersionStopsTheStart(t *testing.T) {
 	f.cfg.EnvoyWasmSchemaVersion = "2.0"
 	if _, err := New(f.cfg); err == nil || !strings.Contains(err.Error(), `--envoy-wasm-schema-version "2.0"`) {
 		t.Errorf("New = %v; want a refusal naming --envoy-wasm-schema-version", err)
+	}
+}
+
+// Every metric /metrics serves is Prometheus' own or one metricdef defines,
+// as it defines it; and every definition of the xDS server is served.
+func TestEveryMetricServedIsDefined(t *testing.T) {
+	f := newFixture(t)
+	s := f.start(t)
+	hand(t, s, 1, true)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(metrics(t, s)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gathered := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) { return slices.Collect(maps.Values(families)), nil })
+	if err := metricstest.Defined(gathered); err != nil {
+		t.Error(err)
+	}
+	for name := range families {
+		if !strings.HasPrefix(name, "skewgate_") && !strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") {
+			t.Errorf("%s: neither skewgate's nor Prometheus' own", name)
+		}
+	}
+	for _, def := range metricdef.All {
+		// The refusals are counted by reason once one happened.
+		if def.Exporter == metricdef.XDS && def != &metricdef.XDSRefusedStreams && families[def.Name] == nil {
+			t.Errorf("%s is defined but not served", def.Name)
+		}
 	}
 }
