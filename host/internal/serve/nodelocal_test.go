@@ -3,6 +3,7 @@ package serve
 import (
 	"math"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -71,8 +72,10 @@ func TestNodeLocalModeLimitsGoMemoryUnlessGOMEMLIMITIsSet(t *testing.T) {
 	for _, env := range []string{"", "off"} {
 		t.Run("GOMEMLIMIT="+env, func(t *testing.T) {
 			debug.SetMemoryLimit(math.MaxInt64)
-			if env != "" {
-				t.Setenv("GOMEMLIMIT", env)
+			// t.Setenv restores the test process's own GOMEMLIMIT afterwards.
+			t.Setenv("GOMEMLIMIT", env)
+			if env == "" {
+				os.Unsetenv("GOMEMLIMIT")
 			}
 			f := newFixture(t)
 			f.cfg.LocalAPIServer = f.cfg.APIServers[0]

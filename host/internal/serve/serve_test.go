@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -131,6 +132,10 @@ func newFixture(t *testing.T) *fixture {
 	if _, err := os.Stat(builtPlugin); err != nil {
 		t.Fatalf("the built plugin is missing: run `make build` first (%v)", err)
 	}
+	// A node-local Server limits the process's Go memory once ready; the
+	// tests after it run without that limit.
+	memoryLimit := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(memoryLimit) })
 	dir := t.TempDir()
 	ca, err := devpki.NewCA("test-ca")
 	if err != nil {
