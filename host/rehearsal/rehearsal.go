@@ -71,11 +71,11 @@ const (
 
 // ignoredPreflightErrors are kubeadm's checks that cannot pass on these nodes: the kernel
 // configuration check on cgroup v1; the upgrade's health checks that need Ready nodes (no pod
-// network is installed, so nodes stay NotReady; host-network Pods run regardless); and the image
-// check of a cluster made by kubeadm before 1.31, which cannot record that CoreDNS and
-// kube-proxy are not installed and looks for their images, which are not built here (kubeadm
-// upgrades neither addon where it finds none).
-var ignoredPreflightErrors = "SystemVerification,ControlPlaneNodesReady,CreateJob,ImagePull"
+// network is installed, so nodes stay NotReady; host-network Pods run regardless); the CoreDNS
+// migration checks, which fail on a cluster without CoreDNS (its start version is empty);
+// and the image check of a cluster made by kubeadm before 1.31, which cannot record that CoreDNS
+// and kube-proxy are not installed and looks for their images, which are not built here.
+var ignoredPreflightErrors = "SystemVerification,ControlPlaneNodesReady,CreateJob,CoreDNSUnsupportedPlugins,CoreDNSMigration,ImagePull"
 
 // rehearsal is one run's state.
 type rehearsal struct {
