@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/skewgate/skewgate/host/internal/controller"
 	pluginconfig "github.com/skewgate/skewgate/plugin/config"
@@ -178,6 +179,22 @@ func NewControllerOptions() ControllerOptions {
 		ReadinessInterval: controller.DefaultReadinessInterval,
 		GracePeriod:       controller.DefaultGracePeriod,
 	}
+}
+
+// ApplyTo sets what these options decide of the controller's options: the
+// server name, the intervals and, from --kubeconfig, its REST configuration.
+func (o ControllerOptions) ApplyTo(opts *controller.Options) error {
+	opts.ServerName = o.PeerServerName
+	opts.PollInterval, opts.ReadinessInterval, opts.GracePeriod = o.PollInterval, o.ReadinessInterval, o.GracePeriod
+	if o.Kubeconfig == "" {
+		return nil
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("--kubeconfig: %w", err)
+	}
+	opts.RESTConfig = rc
+	return nil
 }
 
 // AddFlags registers the controller flags.

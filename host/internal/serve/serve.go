@@ -24,7 +24,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/skewgate/skewgate/discovery"
@@ -150,22 +149,14 @@ func New(cfg Config) (*Server, error) {
 		StaticServers:         cfg.APIServers,
 		LocalServer:           cfg.LocalAPIServer,
 		PeerCA:                peerCA,
-		ServerName:            cfg.PeerServerName,
 		FrontProxyCertificate: proxyClient,
-		PollInterval:          cfg.PollInterval,
-		ReadinessInterval:     cfg.ReadinessInterval,
-		GracePeriod:           cfg.GracePeriod,
 		// Only front-proxy mode presents the certificate for clients.
 		CheckFrontProxyCertificate: cfg.IdentityMode == IdentityFrontProxy,
 		OnSnapshot:                 s.onSnapshot,
 		Logger:                     cfg.Logger.With("component", "controller"),
 	}
-	if cfg.Kubeconfig != "" {
-		rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("--kubeconfig: %w", err)
-		}
-		ctrlOpts.RESTConfig = rc
+	if err := cfg.ControllerOptions.ApplyTo(&ctrlOpts); err != nil {
+		return nil, err
 	}
 	if s.ctrl, err = controller.New(ctrlOpts); err != nil {
 		return nil, err

@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/skewgate/skewgate/discovery"
@@ -89,22 +88,14 @@ func New(cfg Config) (*Server, error) {
 	ctrlOpts := controller.Options{
 		StaticServers:         cfg.APIServers,
 		PeerCA:                peerCA,
-		ServerName:            cfg.PeerServerName,
 		FrontProxyCertificate: proxyClient,
-		PollInterval:          cfg.PollInterval,
-		ReadinessInterval:     cfg.ReadinessInterval,
-		GracePeriod:           cfg.GracePeriod,
 		// The Envoys present the certificate only in front-proxy mode.
 		CheckFrontProxyCertificate: cfg.IdentityMode == string(pluginconfig.IdentityFrontProxy),
 		OnSnapshot:                 s.onSnapshot,
 		Logger:                     cfg.Logger.With("component", "controller"),
 	}
-	if cfg.Kubeconfig != "" {
-		rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("--kubeconfig: %w", err)
-		}
-		ctrlOpts.RESTConfig = rc
+	if err := cfg.ControllerOptions.ApplyTo(&ctrlOpts); err != nil {
+		return nil, err
 	}
 	if s.ctrl, err = controller.New(ctrlOpts); err != nil {
 		return nil, err
