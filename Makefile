@@ -2,6 +2,7 @@
 GO        ?= go
 WASM      := build/skewgate.wasm
 BIN       := bin/skewgate
+BIN_XDS   := bin/skewgate-xds
 # A count, not a duration: Go 1.26's fuzz coordinator can report a spurious
 # "context deadline exceeded" when a -fuzztime duration ends mid-input
 # (golang/go#75804, fixed in Go 1.27).
@@ -35,11 +36,11 @@ FUZZ_TARGETS := \
 	./host/internal/wasmhost:FuzzDecodePairs \
 	./host/internal/wasmhost:FuzzGuestPointerReads
 
-.PHONY: all build image demo test test-unit unit cluster-test test-binaries fuzz bench bench-check check deadcode fixtures oci clean FORCE
+.PHONY: all build image demo test test-unit unit cluster-test rehearsal test-binaries fuzz bench bench-check check deadcode fixtures oci clean FORCE
 
 all: build
 
-build: $(WASM) $(BIN)
+build: $(WASM) $(BIN) $(BIN_XDS)
 
 # The plugin is a Go wasip1 reactor: upstream Go, c-shared build mode, package
 # plugin registered by its command. -s -w drops only the name section (runtime
@@ -49,13 +50,21 @@ $(WASM): FORCE
 	@mkdir -p build
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -ldflags="-s -w" -o $(WASM) ./plugin/cmd/skewgate-plugin
 
-# grpcnotrace leaves out golang.org/x/net/trace, whose html/template makes the
-# linker keep every exported method of every type (9 MB); skewgate never serves
-# its pages. Static (CGO_ENABLED=0): the image has no C library. host/cmd/
-# skewgate's size test builds with the same flags.
+# The gateway runs beside every API server in node-local mode, so it links no
+# gRPC: the xDS management server is skewgate-xds's. -s -w drops the symbol
+# table and DWARF, not pclntab, which panics, tracebacks and profiles read.
+# Static (CGO_ENABLED=0): the image has no C library. host/cmd/skewgate's size
+# test builds with the same flags.
 $(BIN): FORCE
 	@mkdir -p bin
-	CGO_ENABLED=0 $(GO) build -trimpath -tags grpcnotrace -o $(BIN) ./host/cmd/skewgate
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(BIN) ./host/cmd/skewgate
+
+# grpcnotrace leaves out golang.org/x/net/trace, whose html/template makes the
+# linker keep every exported method of every type (9 MB); skewgate-xds never
+# serves its pages.
+$(BIN_XDS): FORCE
+	@mkdir -p bin
+	CGO_ENABLED=0 $(GO) build -trimpath -tags grpcnotrace -ldflags="-s -w" -o $(BIN_XDS) ./host/cmd/skewgate-xds
 
 # The embedded default: three fake API servers of two versions serving the
 # captured discovery documents, skewgate and a plain proxy in front, a scripted
@@ -72,7 +81,7 @@ test-unit: build unit
 
 unit:
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e /host/e2e -e /host/testcluster)
+	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e /host/e2e -e /host/testcluster -e /host/rehearsal)
 
 test-binaries:
 	$(GO) run ./host/testcluster/cmd/kubebin -only "$(TEST_BINARIES)"
@@ -81,6 +90,11 @@ test-binaries:
 # take minutes each on a busy 2-core machine.
 cluster-test: test-binaries
 	$(GO) test -count=1 -p 1 -timeout 60m $(CLUSTER_PKGS)
+
+# Real kubeadm HA upgrades, node by node, behind a per-request round-robin proxy;
+# each test logs its counts (see host/rehearsal).
+rehearsal: test-binaries
+	$(GO) test -count=1 -p 1 -v -timeout 120m ./host/rehearsal/
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
@@ -115,12 +129,12 @@ check: deadcode
 # Production functions that neither shipped binary reaches, so that nothing
 # only a test calls hides in a production package: deadcode (RTA from main)
 # over bin/skewgate with the commands shipped beside it, and over the plugin
-# module, whose //go:wasmexport functions are roots deadcode does not know. Only packages bin/skewgate or the module links count, and a function
+# module, whose //go:wasmexport functions are roots deadcode does not know. Only packages bin/skewgate, bin/skewgate-xds or the module link count, and a function
 # of a package both link (discovery, plugin/config) is dead only if neither
 # reaches it.
 DEADCODE     := build/deadcode/deadcode -test=false
 DEADCODE_FMT := -f '{{range .Funcs}}{{$$.Path}} {{.Name}} {{.Position}}{{"\n"}}{{end}}'
-HOST_MAINS   := ./host/cmd/skewgate ./host/cmd/skewgate-demo ./host/cmd/wasmoci ./host/cmd/serverimage
+HOST_MAINS   := ./host/cmd/skewgate ./host/cmd/skewgate-xds ./host/cmd/skewgate-demo ./host/cmd/wasmoci ./host/cmd/serverimage
 PLUGIN_MAIN  := ./plugin/cmd/skewgate-plugin
 
 deadcode:
@@ -130,7 +144,7 @@ deadcode:
 	@git grep -n -A1 '^//go:wasmexport' -- '*.go' | sed -n "s|^\(.*\)/[^/]*\.go-[0-9]*-func \([A-Za-z0-9_]*\).*|$$($(GO) list -m)/\1 \2|p" > build/deadcode/wasmexports
 	@GOOS=wasip1 GOARCH=wasm $(DEADCODE) $(DEADCODE_FMT) $(PLUGIN_MAIN) | \
 		awk 'NR == FNR { root[$$1 " " $$2] = 1; next } !(($$1 " " $$2) in root)' build/deadcode/wasmexports - > build/deadcode/plugin
-	@$(GO) list -deps -tags grpcnotrace -f '{{.ImportPath}}' ./host/cmd/skewgate > build/deadcode/host.deps
+	@$(GO) list -deps -tags grpcnotrace -f '{{.ImportPath}}' ./host/cmd/skewgate ./host/cmd/skewgate-xds > build/deadcode/host.deps
 	@GOOS=wasip1 GOARCH=wasm $(GO) list -deps -f '{{.ImportPath}}' $(PLUGIN_MAIN) > build/deadcode/plugin.deps
 	@awk 'FILENAME == ARGV[1] { host[$$1] = 1; next } FILENAME == ARGV[2] { plugin[$$1] = 1; next } \
 		FILENAME == ARGV[3] { h[$$1 " " $$2] = $$3; next } { p[$$1 " " $$2] = $$3 } \

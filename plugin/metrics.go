@@ -1,9 +1,14 @@
 package plugin
 
-import "github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+import (
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 
-// metrics are defined through the proxy-wasm metrics ABI; Envoy exports them
-// under its wasmcustom namespace, skewgate's host on its /metrics endpoint.
+	"github.com/skewgate/skewgate/plugin/metricdef"
+)
+
+// metrics are defined through the proxy-wasm metrics ABI, by the names
+// metricdef defines; Envoy exports them under its wasmcustom namespace, which
+// its Prometheus output strips, skewgate's host on its /metrics endpoint.
 type metrics struct {
 	rerouted               proxywasm.MetricCounter
 	discoveryServed        proxywasm.MetricCounter
@@ -31,20 +36,20 @@ type metrics struct {
 // existing metric, so every root context shares the same series.
 func defineMetrics() *metrics {
 	return &metrics{
-		rerouted:               proxywasm.DefineCounterMetric("skewgate_rerouted_requests_total"),
-		discoveryServed:        proxywasm.DefineCounterMetric("skewgate_merged_discovery_served_total"),
-		notModified:            proxywasm.DefineCounterMetric("skewgate_merged_discovery_not_modified_total"),
-		unavailable:            proxywasm.DefineCounterMetric("skewgate_unavailable_responses_total"),
-		noPeerForwarded:        proxywasm.DefineCounterMetric("skewgate_nopeer_discovery_forwarded_total"),
-		rejectedConfigurations: proxywasm.DefineCounterMetric("skewgate_rejected_configurations_total"),
-		schemaRejections:       proxywasm.DefineCounterMetric("skewgate_configuration_schema_rejections_total"),
-		ignoredFields:          proxywasm.DefineCounterMetric("skewgate_configuration_ignored_fields_total"),
-		refusedCertificates:    proxywasm.DefineCounterMetric("skewgate_client_certificates_refused_total"),
-		authorizationsChecked:  proxywasm.DefineCounterMetric("skewgate_discovery_authorizations_checked_total"),
-		authorizationCacheHits: proxywasm.DefineCounterMetric("skewgate_discovery_authorization_cache_hits_total"),
-		authorizationsDenied:   proxywasm.DefineCounterMetric("skewgate_discovery_authorizations_denied_total"),
-		authorizationFailures:  proxywasm.DefineCounterMetric("skewgate_discovery_authorization_failures_total"),
-		generation:             proxywasm.DefineGaugeMetric("skewgate_snapshot_generation"),
+		rerouted:               proxywasm.DefineCounterMetric(metricdef.PluginReroutedRequests.Name),
+		discoveryServed:        proxywasm.DefineCounterMetric(metricdef.PluginMergedDiscoveryServed.Name),
+		notModified:            proxywasm.DefineCounterMetric(metricdef.PluginMergedDiscoveryNotModified.Name),
+		unavailable:            proxywasm.DefineCounterMetric(metricdef.PluginUnavailableResponses.Name),
+		noPeerForwarded:        proxywasm.DefineCounterMetric(metricdef.PluginNoPeerDiscoveryForwarded.Name),
+		rejectedConfigurations: proxywasm.DefineCounterMetric(metricdef.PluginConfigurationRejections.Name),
+		schemaRejections:       proxywasm.DefineCounterMetric(metricdef.PluginConfigurationSchemaRejections.Name),
+		ignoredFields:          proxywasm.DefineCounterMetric(metricdef.PluginConfigurationIgnoredFields.Name),
+		refusedCertificates:    proxywasm.DefineCounterMetric(metricdef.PluginClientCertificatesRefused.Name),
+		authorizationsChecked:  proxywasm.DefineCounterMetric(metricdef.PluginDiscoveryAuthorizationsChecked.Name),
+		authorizationCacheHits: proxywasm.DefineCounterMetric(metricdef.PluginDiscoveryAuthorizationCacheHits.Name),
+		authorizationsDenied:   proxywasm.DefineCounterMetric(metricdef.PluginDiscoveryAuthorizationsDenied.Name),
+		authorizationFailures:  proxywasm.DefineCounterMetric(metricdef.PluginDiscoveryAuthorizationFailures.Name),
+		generation:             proxywasm.DefineGaugeMetric(metricdef.PluginSnapshotGeneration.Name),
 	}
 }
 

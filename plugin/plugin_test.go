@@ -12,6 +12,7 @@ import (
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
+	"github.com/skewgate/skewgate/plugin/metricdef"
 	"github.com/skewgate/skewgate/plugin/plugintest"
 )
 
@@ -82,7 +83,7 @@ func (h proxytestHarness) Start(t *testing.T, opts plugintest.StartOptions) (plu
 	// Envoy's clear_route_cache returns nothing and the plugin ignores it.
 	host.RegisterForeignFunction("clear_route_cache", func([]byte) []byte { p.clears++; return []byte{0} })
 	if host.StartPlugin() != types.OnPluginStartStatusOK {
-		if v, _ := host.GetCounterMetric("skewgate_rejected_configurations_total"); v != 1 {
+		if v, _ := host.GetCounterMetric(metricdef.PluginConfigurationRejections.Name); v != 1 {
 			t.Errorf("rejected-configurations counter %d after a rejection; want 1", v)
 		}
 		return nil, errors.New(strings.Join(host.GetCriticalLogs(), "\n"))
@@ -209,7 +210,7 @@ func TestConfigurationOfAnotherMajorSchemaIsCountedAsASchemaRejection(t *testing
 	if host.StartPlugin() == types.OnPluginStartStatusOK {
 		t.Fatal("a configuration of schema 2.0 was accepted")
 	}
-	for name, want := range map[string]uint64{"skewgate_rejected_configurations_total": 1, "skewgate_configuration_schema_rejections_total": 1} {
+	for name, want := range map[string]uint64{metricdef.PluginConfigurationRejections.Name: 1, metricdef.PluginConfigurationSchemaRejections.Name: 1} {
 		if got, err := host.GetCounterMetric(name); err != nil || got != want {
 			t.Errorf("%s = %d, %v; want %d", name, got, err, want)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/skewgate/skewgate/discovery/discoverytest"
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 // What kube-apiserver answers GET /apis (Accept: application/json) with, by
@@ -88,10 +89,10 @@ func mergedDiscoveryGoesOnlyToClientsTheAPIServersAnswer(t *testing.T, h Harness
 		t.Errorf("call headers %q; want the client's path and impersonation", call.Headers)
 	}
 	for name, want := range map[string]uint64{
-		"skewgate_discovery_authorizations_checked_total":   3,
-		"skewgate_discovery_authorization_cache_hits_total": 1,
-		"skewgate_discovery_authorizations_denied_total":    3,
-		"skewgate_merged_discovery_served_total":            1,
+		metricdef.PluginDiscoveryAuthorizationsChecked.Name:  3,
+		metricdef.PluginDiscoveryAuthorizationCacheHits.Name: 1,
+		metricdef.PluginDiscoveryAuthorizationsDenied.Name:   3,
+		metricdef.PluginMergedDiscoveryServed.Name:           1,
 	} {
 		if got := p.Counter(name); got != want {
 			t.Errorf("%s = %d; want %d", name, got, want)
@@ -130,7 +131,7 @@ func discoveryAuthorizationIsRememberedPerCredential(t *testing.T, h Harness) {
 			t.Errorf("%s: local %+v after %d calls; want %d after %d", c.name, res.Local, len(res.HTTPCalls), c.status, c.calls)
 		}
 	}
-	if got := p.Counter("skewgate_discovery_authorization_cache_hits_total"); got != 4 {
+	if got := p.Counter(metricdef.PluginDiscoveryAuthorizationCacheHits.Name); got != 4 {
 		t.Errorf("cache hits %d; want 4", got)
 	}
 }
@@ -177,7 +178,7 @@ func discoveryAuthorizationWithoutAnswerGives503AndIsAskedAgain(t *testing.T, h 
 			t.Errorf("request %d: Retry-After %q; want 7", i, got)
 		}
 	}
-	if got := p.Counter("skewgate_discovery_authorization_failures_total"); got != 3 {
+	if got := p.Counter(metricdef.PluginDiscoveryAuthorizationFailures.Name); got != 3 {
 		t.Errorf("failures counter %d; want 3", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/skewgate/skewgate/discovery/discoverytest"
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 // FrontProxySuffix marks the cluster that carries the front-proxy client
@@ -127,7 +128,7 @@ func unassertableClientCertificateIsRefusedWith401(t *testing.T, h Harness) {
 					t.Errorf("%s: the refused request made calls %+v", path, res.HTTPCalls)
 				}
 			}
-			if got := p.Counter("skewgate_client_certificates_refused_total"); got != 2 {
+			if got := p.Counter(metricdef.PluginClientCertificatesRefused.Name); got != 2 {
 				t.Errorf("refused-certificates counter %d; want 2", got)
 			}
 		})
@@ -255,7 +256,7 @@ func noHealthyServerRoutesAsIfEveryServerWereHealthy(t *testing.T, h Harness) {
 	if _, ok := res.Header(RoutingHeader); !res.Forwarded || ok {
 		t.Errorf("common resource: forwarded %v, local %+v; want the gateway's load balancing", res.Forwarded, res.Local)
 	}
-	if got := p.Counter("skewgate_unavailable_responses_total"); got != 0 {
+	if got := p.Counter(metricdef.PluginUnavailableResponses.Name); got != 0 {
 		t.Errorf("unavailable counter %d; want 0", got)
 	}
 }

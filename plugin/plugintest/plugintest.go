@@ -9,24 +9,19 @@ import (
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 // Header names and media types the suite checks, spelled out independently of
 // the plugin's own constants.
 const (
-	RoutingHeader   = "x-skewgate-upstream"
-	PeerProxied     = "x-kubernetes-peer-proxied"
-	AcceptV2        = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
-	acceptV2NoPeer  = AcceptV2 + ";profile=nopeer"
-	acceptClientGo  = AcceptV2 + ",application/json"
-	testSubject     = `CN=alice\2C jr,O=dev,O=system:masters`
-	testDigest      = "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8"
-	rejectedCounter = "skewgate_rejected_configurations_total"
-	// schemaRejectionsCounter counts, among the rejected, configurations of a
-	// schema the plugin cannot honour; ignoredFieldsCounter the fields of a
-	// newer minor schema it ignored in configurations it accepted.
-	schemaRejectionsCounter = "skewgate_configuration_schema_rejections_total"
-	ignoredFieldsCounter    = "skewgate_configuration_ignored_fields_total"
+	RoutingHeader  = "x-skewgate-upstream"
+	PeerProxied    = "x-kubernetes-peer-proxied"
+	AcceptV2       = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+	acceptV2NoPeer = AcceptV2 + ";profile=nopeer"
+	acceptClientGo = AcceptV2 + ",application/json"
+	testSubject    = `CN=alice\2C jr,O=dev,O=system:masters`
+	testDigest     = "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8"
 )
 
 // Harness starts the plugin on one host.
@@ -282,7 +277,7 @@ func resourceOnlySomeServersServeIsReroutedUniformlyAndMarked(t *testing.T, h Ha
 	if seen["kube-b"] != n/2 || seen["kube-c"] != n/2 {
 		t.Errorf("re-routed to %v; want an even split over kube-b and kube-c", seen)
 	}
-	if got := p.Counter("skewgate_rerouted_requests_total"); got != n {
+	if got := p.Counter(metricdef.PluginReroutedRequests.Name); got != n {
 		t.Errorf("rerouted counter %d; want %d", got, n)
 	}
 	if got := p.RouteCacheClears(); got != n {
@@ -340,7 +335,7 @@ func fieldSelectorOnlySomeServersAcceptIsReroutedToThemAndMarked(t *testing.T, h
 			t.Errorf("%s: forwarded %v, routed to %q; want the gateway's own balancing", path, res.Forwarded, v)
 		}
 	}
-	if got := p.Counter("skewgate_rerouted_requests_total"); got != 4 {
+	if got := p.Counter(metricdef.PluginReroutedRequests.Name); got != 4 {
 		t.Errorf("rerouted counter %d; want 4", got)
 	}
 }
@@ -421,8 +416,8 @@ func nodeLocalSendsWhatThePreferredServerServesToItAndReroutesTheRest(t *testing
 	}
 	// The local view of discovery is the local server's.
 	res := p.Request("GET", "/apis", [2]string{"accept", acceptV2NoPeer})
-	if cluster, _ := res.Header(RoutingHeader); cluster != "kube-a" || p.Counter("skewgate_nopeer_discovery_forwarded_total") != 1 {
-		t.Errorf("nopeer /apis routed to %q, counted %d times; want kube-a, once", cluster, p.Counter("skewgate_nopeer_discovery_forwarded_total"))
+	if cluster, _ := res.Header(RoutingHeader); cluster != "kube-a" || p.Counter(metricdef.PluginNoPeerDiscoveryForwarded.Name) != 1 {
+		t.Errorf("nopeer /apis routed to %q, counted %d times; want kube-a, once", cluster, p.Counter(metricdef.PluginNoPeerDiscoveryForwarded.Name))
 	}
 	res = p.Request("DELETE", "/apis/coordination.k8s.io/v1alpha2/namespaces/ns/leasecandidates/x")
 	if cluster, _ := res.Header(RoutingHeader); cluster != "kube-c" {
@@ -508,10 +503,10 @@ func mergedDiscoveryIsServedWithUpstreamHeadersAndETag(t *testing.T, h Harness) 
 	if res.Local == nil || string(res.Local.Body) != string(ix.MergedCoreAPI().Body) {
 		t.Errorf("/api: got %+v; want the merged core document", res.Local)
 	}
-	if got := p.Counter("skewgate_merged_discovery_served_total"); got != 4 {
+	if got := p.Counter(metricdef.PluginMergedDiscoveryServed.Name); got != 4 {
 		t.Errorf("served counter %d; want 4", got)
 	}
-	if got := p.Counter("skewgate_merged_discovery_not_modified_total"); got != 1 {
+	if got := p.Counter(metricdef.PluginMergedDiscoveryNotModified.Name); got != 1 {
 		t.Errorf("304 counter %d; want 1", got)
 	}
 }
@@ -524,7 +519,7 @@ func noPeerAndLegacyDiscoveryPassThrough(t *testing.T, h Harness) {
 			t.Errorf("Accept %q: forwarded %v local %+v; want pass-through", accept, res.Forwarded, res.Local)
 		}
 	}
-	if got := p.Counter("skewgate_nopeer_discovery_forwarded_total"); got != 1 {
+	if got := p.Counter(metricdef.PluginNoPeerDiscoveryForwarded.Name); got != 1 {
 		t.Errorf("nopeer counter %d; want 1", got)
 	}
 }
@@ -568,7 +563,7 @@ func capableServersDownGives503StatusWithRetryAfter(t *testing.T, h Harness) {
 	if status.Kind != "Status" || status.Reason != "ServiceUnavailable" || status.Code != 503 || status.Details.RetryAfterSeconds != 7 {
 		t.Errorf("status body %+v", status)
 	}
-	if got := p.Counter("skewgate_unavailable_responses_total"); got != 1 {
+	if got := p.Counter(metricdef.PluginUnavailableResponses.Name); got != 1 {
 		t.Errorf("unavailable counter %d; want 1", got)
 	}
 	// Discovery keeps listing the APIs of servers that are down for a moment.
@@ -699,7 +694,7 @@ func NewerMinorConfig(t testing.TB, generation uint64, servers []discoverytest.S
 
 func configurationOfANewerMinorSchemaIsAcceptedWithItsNewFieldsIgnoredAndCounted(t *testing.T, h Harness) {
 	p := start(t, h, StartOptions{Config: NewerMinorConfig(t, 1, discoverytest.SkewedControlPlane())})
-	if got := p.Counter(ignoredFieldsCounter); got != 3 {
+	if got := p.Counter(metricdef.PluginConfigurationIgnoredFields.Name); got != 3 {
 		t.Errorf("ignored-fields counter %d; want 3 (futureOption, snapshot.shards, snapshot.servers[].weight)", got)
 	}
 	// It routes as the configuration without them does.
@@ -725,7 +720,7 @@ func invalidConfigurationIsRejectedWithOneClearLogLine(t *testing.T, h Harness) 
 
 func generationGaugeFollowsConfiguration(t *testing.T, h Harness) {
 	p := start(t, h, StartOptions{Config: Config(t, 42, nil, discoverytest.SkewedControlPlane())})
-	if v := p.Gauge("skewgate_snapshot_generation"); v != 42 {
+	if v := p.Gauge(metricdef.PluginSnapshotGeneration.Name); v != 42 {
 		t.Errorf("generation gauge %d; want 42", v)
 	}
 }
@@ -750,7 +745,7 @@ func reconfigurationSwitchesSnapshotsAndRejectionKeepsThePrevious(t *testing.T, 
 	if got, _ := p.Request("GET", path).Header(RoutingHeader); got != "kube-b" {
 		t.Errorf("after generation 2: routed to %q; want kube-b", got)
 	}
-	if v := p.Gauge("skewgate_snapshot_generation"); v != 2 {
+	if v := p.Gauge(metricdef.PluginSnapshotGeneration.Name); v != 2 {
 		t.Errorf("generation gauge %d; want 2", v)
 	}
 	refused := append(invalidConfigurations(t), schemaRefusals(t)...)
@@ -762,16 +757,16 @@ func reconfigurationSwitchesSnapshotsAndRejectionKeepsThePrevious(t *testing.T, 
 	if got, _ := p.Request("GET", path).Header(RoutingHeader); got != "kube-b" {
 		t.Errorf("after rejected updates: routed to %q; want kube-b from the kept generation 2", got)
 	}
-	if v := p.Gauge("skewgate_snapshot_generation"); v != 2 {
+	if v := p.Gauge(metricdef.PluginSnapshotGeneration.Name); v != 2 {
 		t.Errorf("generation gauge %d after rejected updates; want 2", v)
 	}
-	if got := p.Counter(rejectedCounter); got != uint64(len(refused)) {
+	if got := p.Counter(metricdef.PluginConfigurationRejections.Name); got != uint64(len(refused)) {
 		t.Errorf("rejected counter %d; want %d", got, len(refused))
 	}
-	if got := p.Counter(schemaRejectionsCounter); got != uint64(len(schemaRefusals(t))) {
+	if got := p.Counter(metricdef.PluginConfigurationSchemaRejections.Name); got != uint64(len(schemaRefusals(t))) {
 		t.Errorf("schema rejections counter %d; want %d", got, len(schemaRefusals(t)))
 	}
-	if got := p.Counter(ignoredFieldsCounter); got != 0 {
+	if got := p.Counter(metricdef.PluginConfigurationIgnoredFields.Name); got != 0 {
 		t.Errorf("ignored-fields counter %d; want 0: no configuration had fields of a newer schema", got)
 	}
 }

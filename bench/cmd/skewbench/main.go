@@ -137,9 +137,12 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	earlier := fs.String("earlier", "", "results file of an earlier run whose figures the results set beside this run's "+
 		"(default: the results of the same date in -out, which this run replaces)")
 	skipMicro := fs.Bool("skip-micro", false, "leave out the micro benchmarks")
+	microFrom := fs.String("micro-from", "", "results file whose micro benchmarks and instruction counts these results take instead of running them "+
+		"(with -skip-micro: the macro benchmark measured again, the micro figures kept)")
 	skipMacro := fs.Bool("skip-macro", false, "leave out the real-cluster benchmark")
 	fs.IntVar(&micro.count, "micro-count", 5, "runs of every micro benchmark")
 	fs.StringVar(&micro.benchtime, "micro-benchtime", "500ms", "-benchtime of each micro benchmark run")
+	instructionRuns := fs.Int("instruction-runs", 2, "counts of the instructions per request under callgrind (valgrind), part of the micro benchmarks; 0 for none")
 	fs.StringVar(&macro.skewgate, "skewgate", filepath.Join("bin", "skewgate"), "skewgate binary (make build)")
 	fs.StringVar(&macro.wasm, "wasm", filepath.Join("build", "skewgate.wasm"), "plugin module (make build)")
 	fs.StringVar(&macro.loadgen, "loadgen", filepath.Join("bin", "loadgen"), "loadgen binary (go build ./bench/cmd/loadgen)")
@@ -193,6 +196,16 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		MicroRuns: micro.count, MicroBenchtime: micro.benchtime, Rounds: macro.rounds, Protocol: macro.protocol,
 		Concurrency: macro.concurrency, Requests: macro.requests, Duration: macro.duration.String(),
 	}
+	if *microFrom != "" {
+		if !*skipMicro {
+			return errors.New("-micro-from takes the micro benchmarks from a file: use it with -skip-micro")
+		}
+		from, err := report.Load(*microFrom)
+		if err != nil {
+			return fmt.Errorf("-micro-from: %w", err)
+		}
+		results.TakeMicro(from)
+	}
 	// Micro first, while no cluster competes for the CPU.
 	if !*skipMicro {
 		lines, err := runMicro(ctx, micro)
@@ -200,6 +213,13 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		results.AddMicro(lines)
+		if *instructionRuns > 0 {
+			perRequest, labels, err := runInstructions(ctx, micro, *instructionRuns)
+			if err != nil {
+				return err
+			}
+			results.AddInstructions(perRequest, labels)
+		}
 	}
 	if !*skipMacro {
 		rounds, costs, footprint, err := runMacro(ctx, macro)

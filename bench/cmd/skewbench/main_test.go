@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -427,5 +428,39 @@ func TestParseAllocBytesFindsTheCounterInAnExposition(t *testing.T) {
 	}
 	if _, err := parseAllocBytes("go_memstats_alloc_bytes 1\n"); err == nil {
 		t.Error("an exposition without the counter parsed")
+	}
+}
+
+func TestCallgrindsClosingCountIsRead(t *testing.T) {
+	out := "==123== Events    : Ir\n==123== Collected : 834866053\n==123== \n==123== I   refs:      834,866,053\n"
+	if m := collected.FindStringSubmatch(out); m == nil || m[1] != "834866053" {
+		t.Errorf("collected matched %q; want 834866053", m)
+	}
+}
+
+func TestMeasureCostTakesOneReadOfTheMetricsOffTheAllocations(t *testing.T) {
+	// Every read of the metrics allocates 100 bytes after the count it shows;
+	// the measured window allocates 5000.
+	var allocated atomic.Int64
+	metrics := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "go_memstats_alloc_bytes_total %d\n", allocated.Load())
+		allocated.Add(100)
+	}))
+	defer metrics.Close()
+	e := &macroEnv{client: metrics.Client()}
+	c, err := e.measureCost(context.Background(), meter{pid: os.Getpid(), metricsURL: metrics.URL + "/metrics"},
+		func() (int, error) {
+			allocated.Add(5000)
+			return 50, nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Requests != 50 || c.AllocBytes != 5000 || c.CPUSeconds < 0 {
+		t.Errorf("cost %+v; want 50 requests, 5000 bytes and a CPU time", c)
+	}
+	noMetrics, err := e.measureCost(context.Background(), meter{pid: os.Getpid()}, func() (int, error) { return 1, nil })
+	if err != nil || !math.IsNaN(float64(noMetrics.AllocBytes)) {
+		t.Errorf("without metrics: %+v, %v; want no allocation count", noMetrics, err)
 	}
 }

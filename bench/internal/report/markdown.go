@@ -22,7 +22,11 @@ func (r *Results) Markdown(chartFile string) []byte {
 	fmt.Fprintf(&b, "- kube-apiserver: %s; etcd %s\n", strings.Join(r.Machine.KubeAPIServer, ", "), r.Machine.Etcd)
 	s := r.Settings
 	if len(r.Benchmarks) > 0 {
-		fmt.Fprintf(&b, "- Micro: every benchmark %d times (-benchtime %s), medians; ratios per run, then the median\n", s.MicroRuns, s.MicroBenchtime)
+		fmt.Fprintf(&b, "- Micro: every benchmark %d times (-benchtime %s), medians; ratios per run, then the median", s.MicroRuns, s.MicroBenchtime)
+		if r.MicroFrom != "" {
+			fmt.Fprintf(&b, "; measured by the run started %s", r.MicroFrom)
+		}
+		b.WriteString("\n")
 	}
 	if len(r.Paths) > 0 {
 		fmt.Fprintf(&b, "- Macro: %d interleaved rounds over every path; per path %s, concurrency %d, at most %d requests and %s; ratios per round, then the median\n",

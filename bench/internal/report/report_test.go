@@ -351,6 +351,46 @@ func TestAddCostsDividesByRequestsPerRoundThenTakesTheMedian(t *testing.T) {
 	}
 }
 
+func TestAddInstructionsRecordsEachBenchmarkAndWhatTheGatewayAdds(t *testing.T) {
+	r := &Results{}
+	r.AddInstructions(map[string][]float64{InstructionsGateway: {600e3, 602e3}, InstructionsPlainProxy: {400e3, 400e3}},
+		map[string]string{InstructionsGateway: "gateway", InstructionsPlainProxy: "plain"})
+	for key, want := range map[string]float64{
+		"instructions.gateway.per_request":       601e3,
+		"instructions.plain_proxy.per_request":   400e3,
+		FigureInstructionsRatio:                  1.5025,
+		"instructions.gateway_added.per_request": 201e3,
+	} {
+		if f, ok := r.Figure(key); !ok || math.Abs(float64(f.Value)-want) > 1e-6 || len(f.Runs) != 2 {
+			t.Errorf("%s = %+v, %v; want %v over 2 runs", key, f, ok, want)
+		}
+	}
+	none := &Results{}
+	none.AddInstructions(nil, nil)
+	if len(none.Figures) != 0 {
+		t.Errorf("no counts gave figures %+v", none.Figures)
+	}
+}
+
+func TestTakeMicroKeepsTheMicroAndInstructionFiguresOnly(t *testing.T) {
+	from := &Results{Started: "2026-01-02T09:00:00Z", Settings: Settings{MicroRuns: 5, MicroBenchtime: "500ms"},
+		Benchmarks: []Benchmark{{Name: "BenchmarkDecide/get", Runs: 5}},
+		Figures: []Figure{{Group: GroupMicro, Key: FigureDecideAllocs}, {Group: GroupInstructions, Key: FigureInstructionsRatio},
+			{Group: GroupMacro, Key: FigureForwardRPS}, {Group: GroupCost, Key: FigureForwardCPU}}}
+	r := &Results{}
+	r.TakeMicro(from)
+	_, decide := r.Figure(FigureDecideAllocs)
+	_, instructions := r.Figure(FigureInstructionsRatio)
+	_, rps := r.Figure(FigureForwardRPS)
+	_, cpu := r.Figure(FigureForwardCPU)
+	if !decide || !instructions || rps || cpu || len(r.Benchmarks) != 1 || r.Settings.MicroRuns != 5 {
+		t.Errorf("took %+v", r)
+	}
+	if md := string(r.Markdown("c.svg")); !strings.Contains(md, "measured by the run started 2026-01-02T09:00:00Z") {
+		t.Errorf("Markdown does not say which run measured the micro benchmarks:\n%s", md)
+	}
+}
+
 func TestRunToRunSpreadComparesWithTheEarlierRunsMedian(t *testing.T) {
 	earlier := &Results{Date: "2026-01-02", Started: "2026-01-02T10:00:00Z",
 		Figures: []Figure{{Key: "cpu.skewgate.us_per_request", Value: 100}}}

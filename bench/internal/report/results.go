@@ -85,6 +85,9 @@ type Results struct {
 	WallSeconds Number `json:"wallSeconds"`
 	// Started is when the run began (RFC 3339).
 	Started string `json:"started,omitempty"`
+	// MicroFrom is when the run that measured the micro benchmarks and the
+	// instruction counts began, when another run did.
+	MicroFrom string `json:"microFrom,omitempty"`
 	// Earlier holds the figures of an earlier run set beside these: how far
 	// the two differ is the run-to-run spread of each figure.
 	Earlier *EarlierRun `json:"earlier,omitempty"`
@@ -104,6 +107,22 @@ func (r *Results) SetEarlier(e *Results) {
 	}
 	for _, f := range e.Figures {
 		r.Earlier.Figures[f.Key] = f.Value
+	}
+}
+
+// TakeMicro copies the micro benchmarks, their figures and the instruction
+// counts of from, measured by another run, with their settings.
+func (r *Results) TakeMicro(from *Results) {
+	r.Benchmarks = append(r.Benchmarks, from.Benchmarks...)
+	for _, f := range from.Figures {
+		if f.Group == GroupMicro || f.Group == GroupInstructions {
+			r.Figures = append(r.Figures, f)
+		}
+	}
+	r.Settings.MicroRuns, r.Settings.MicroBenchtime = from.Settings.MicroRuns, from.Settings.MicroBenchtime
+	r.MicroFrom = from.Started
+	if r.MicroFrom == "" {
+		r.MicroFrom = from.Date
 	}
 }
 
@@ -417,6 +436,34 @@ func allNaN(values []float64) bool {
 	return true
 }
 
+// Instruction benchmarks: the same request in one process through the
+// gateway and through a bare reverse proxy (client, hop and backend alike).
+const (
+	InstructionsGateway    = "gateway"
+	InstructionsPlainProxy = "plain_proxy"
+)
+
+// AddInstructions records the instructions per request counted for each
+// instruction benchmark, one value per repetition, and what the gateway
+// executes per request over the bare reverse proxy.
+func (r *Results) AddInstructions(perRequest map[string][]float64, labels map[string]string) {
+	for _, key := range sortedKeys(perRequest) {
+		r.addFigure(GroupInstructions, "instructions."+key+".per_request", "instructions per request: "+labels[key], "instructions",
+			perRequest[key])
+	}
+	gateway, plain := perRequest[InstructionsGateway], perRequest[InstructionsPlainProxy]
+	if len(gateway) == 0 || len(plain) == 0 {
+		return
+	}
+	n := min(len(gateway), len(plain))
+	ratio, added := make([]float64, n), make([]float64, n)
+	for i := range n {
+		ratio[i], added[i] = stats.Ratio(gateway[i], plain[i]), gateway[i]-plain[i]
+	}
+	r.addFigure(GroupInstructions, FigureInstructionsRatio, "instructions per request: gateway / bare reverse proxy (both with client and backend)", "ratio", ratio)
+	r.addFigure(GroupInstructions, "instructions.gateway_added.per_request", "instructions per request the gateway adds to a bare reverse proxy", "instructions", added)
+}
+
 // NodeLocalFootprint is what node-local skewgate costs its node besides
 // latency, measured once per harness run.
 type NodeLocalFootprint struct {
@@ -477,12 +524,15 @@ const (
 	FigureAPIsRPS          = "apis.rps.skewgate_over_apiserver"
 	FigureForwardCPU       = "forward.cpu.skewgate_over_plain"
 	FigureAPIsCPU          = "apis.cpu.skewgate_over_apiserver"
-	FigurePluginRequestNs  = "plugin.request.max_ns"
-	FigurePluginOverNative = "plugin.request.max_wasm_over_native"
-	FigureRouting          = "routing.all.skewgate_over_upstream"
-	FigureDecideNs         = "decide.max_ns"
-	FigureDecideAllocs     = "decide.max_allocs"
-	FigureMerge            = "merge.skewgate_over_upstream"
+	// FigureInstructionsRatio is reported, not budgeted: both sides include
+	// the client's and the backend's instructions.
+	FigureInstructionsRatio = "instructions.gateway_over_plain"
+	FigurePluginRequestNs   = "plugin.request.max_ns"
+	FigurePluginOverNative  = "plugin.request.max_wasm_over_native"
+	FigureRouting           = "routing.all.skewgate_over_upstream"
+	FigureDecideNs          = "decide.max_ns"
+	FigureDecideAllocs      = "decide.max_allocs"
+	FigureMerge             = "merge.skewgate_over_upstream"
 
 	FigureNodeLocalAddedP50  = "nodelocal.added_p50.skewgate_over_plain"
 	FigureNodeLocalRSS       = "nodelocal.memory.vmrss_mib"

@@ -18,7 +18,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/spf13/pflag"
 
 	"github.com/skewgate/skewgate/host/internal/cmdline"
 	"github.com/skewgate/skewgate/host/internal/ociimage"
@@ -28,14 +27,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	switch {
-	case err == nil, errors.Is(err, pflag.ErrHelp):
-	case errors.Is(err, cmdline.ErrUsage):
-		os.Exit(2)
-	default:
-		fmt.Fprintf(os.Stderr, "serverimage: %v\n", err)
-		os.Exit(1)
-	}
+	os.Exit(cmdline.ExitCode("serverimage", err, os.Stderr))
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

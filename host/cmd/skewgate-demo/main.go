@@ -29,9 +29,6 @@ func main() {
 	os.Exit(code)
 }
 
-// exitUsage is the exit code for a command-line mistake, as for skewgate.
-const exitUsage = 2
-
 // run starts the demo control plane, skewgate and a plain proxy, prints the
 // comparison and keeps running until ctx ends.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -48,12 +45,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.GatewayAddress, "listen", "127.0.0.1:0", "host:port skewgate's gateway listens on")
 	fs.StringVar(&opts.MetricsAddress, "metrics-listen", "127.0.0.1:0", "host:port of skewgate's status page and metrics")
 	fs.StringVar(&opts.CompilationCacheDir, "compilation-cache-dir", "", "directory caching the compiled plugin across runs")
-	logs.Register(fs, "warn")
+	logs.AddFlags(fs, "warn")
 	if err := cmdline.Parse(fs, args, false); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
-		return exitUsage
+		return cmdline.ExitUsage
 	}
 	if fixtures != "" {
 		opts.Source = demo.FixtureSource(os.DirFS(fixtures))

@@ -5,6 +5,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/skewgate/skewgate/host/internal/cmdline"
 )
 
 func TestCommandLineMistakesFailBeforeAnythingStarts(t *testing.T) {
@@ -14,8 +16,8 @@ func TestCommandLineMistakesFailBeforeAnythingStarts(t *testing.T) {
 		code int
 		says string
 	}{
-		{"unknown flag", []string{"--no-such-flag"}, exitUsage, "no-such-flag"},
-		{"stray argument", []string{"serve"}, exitUsage, "unexpected arguments: serve"},
+		{"unknown flag", []string{"--no-such-flag"}, cmdline.ExitUsage, "no-such-flag"},
+		{"stray argument", []string{"serve"}, cmdline.ExitUsage, "unexpected arguments: serve"},
 		{"bad log format", []string{"--log-format", "xml"}, 1, "--log-format"},
 		{"bad log level", []string{"--log-level", "loud"}, 1, "--log-level"},
 	} {

@@ -33,13 +33,13 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
-		return exitUsage
+		return cmdline.ExitUsage
 	}
 	if errs := o.Validate(); len(errs) > 0 {
 		for _, err := range errs {
 			fmt.Fprintf(stderr, "skewgate check: %v\n", err)
 		}
-		return exitUsage
+		return cmdline.ExitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -8,19 +8,17 @@
 //	skewgate version                    print the build's version
 //
 // The demo (`make demo`) is the separate command skewgate-demo, so that its
-// fake servers and fixtures are not part of this binary.
+// fake servers and fixtures are not part of this binary; the xDS management
+// server for a fleet of Envoys is skewgate-xds, so that no gRPC is.
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"strings"
-
-	"github.com/spf13/pflag"
 
 	"github.com/skewgate/skewgate/host/internal/cmdline"
 )
@@ -39,13 +37,10 @@ const usage = `Usage:
 Run "skewgate COMMAND --help" for a command's flags.
 `
 
-// exitUsage is the exit code for a command-line mistake.
-const exitUsage = 2
-
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return exitUsage
+		return cmdline.ExitUsage
 	}
 	var err error
 	switch cmd, rest := args[0], args[1:]; {
@@ -63,18 +58,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 	default:
 		fmt.Fprintf(stderr, "skewgate: unknown command %q\n\n%s", strings.Join(args, " "), usage)
-		return exitUsage
+		return cmdline.ExitUsage
 	}
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, pflag.ErrHelp):
-		return 0
-	case errors.Is(err, cmdline.ErrUsage):
-		return exitUsage
-	}
-	fmt.Fprintf(stderr, "skewgate: %v\n", err)
-	return 1
+	return cmdline.ExitCode("skewgate", err, stderr)
 }
 
 // versionString names the build: module version, VCS revision, Go version

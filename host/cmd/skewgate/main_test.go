@@ -11,6 +11,7 @@ import (
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
+	"github.com/skewgate/skewgate/host/internal/cmdline"
 )
 
 const fixtures = "../../../fixtures"
@@ -148,12 +149,12 @@ func TestDiscoveryMergeRefusesAmbiguousInput(t *testing.T) {
 		args     []string
 		wantCode int
 	}{
-		{"no files", []string{"discovery", "merge"}, exitUsage},
+		{"no files", []string{"discovery", "merge"}, cmdline.ExitUsage},
 		{"two files with one server ID", []string{"discovery", "merge", apis, dup}, 1},
 		{"/api mixed with /apis", []string{"discovery", "merge", apis, core}, 1},
 		{"malformed document", []string{"discovery", "merge", apis, broken}, 1},
 		{"more IDs than files", []string{"discovery", "merge", "--id", "x", "--id", "y", apis}, 1},
-		{"snapshot and files", []string{"discovery", "merge", "--snapshot", apis, apis}, exitUsage},
+		{"snapshot and files", []string{"discovery", "merge", "--snapshot", apis, apis}, cmdline.ExitUsage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if code, stdout, _ := runCLI(t, tc.args...); code != tc.wantCode || stdout != "" {
@@ -224,8 +225,8 @@ func TestEnvoyConfigNamesClustersAsTheControllerDoes(t *testing.T) {
 
 func TestCommandLineMistakesExitWithUsage(t *testing.T) {
 	for _, args := range [][]string{nil, {"frobnicate"}, {"discovery"}, {"serve", "--no-such-flag"}, {"serve", "stray"}} {
-		if code, _, _ := runCLI(t, args...); code != exitUsage {
-			t.Errorf("skewgate %q: exit %d, want %d", args, code, exitUsage)
+		if code, _, _ := runCLI(t, args...); code != cmdline.ExitUsage {
+			t.Errorf("skewgate %q: exit %d, want %d", args, code, cmdline.ExitUsage)
 		}
 	}
 	if code, _, stderr := runCLI(t, "serve"); code != 1 || !strings.Contains(stderr, "--peer-ca-file is required") {
@@ -252,13 +253,9 @@ func TestServeRefusesNegativeDurationsNamingTheFlag(t *testing.T) {
 	}
 }
 
-// serveBase is a serve command line whose every flag is valid; the gateway
-// then fails only reading the missing module.
-var serveBase = []string{"serve", "--tls-cert-file=c", "--tls-private-key-file=k", "--peer-ca-file=ca",
-	"--apiserver=https://10.0.0.1:6443", "--kubeconfig=kubeconfig", "--wasm=missing.wasm"}
-
 func TestServeRefusesEveryBadFlagValueAtStartNamingTheFlag(t *testing.T) {
-	if code, _, stderr := runCLI(t, serveBase...); code != 1 || !strings.Contains(stderr, "plugin module") {
+	_, serveBase := startFiles(t)
+	if code, _, stderr := runCLI(t, serveBase...); code != 1 || !strings.Contains(stderr, "--wasm") || strings.Count(stderr, "--") != 1 {
 		t.Fatalf("the valid base command line: exit %d, %q; want only the module missing", code, stderr)
 	}
 	for _, tc := range []struct {
@@ -269,7 +266,7 @@ func TestServeRefusesEveryBadFlagValueAtStartNamingTheFlag(t *testing.T) {
 	}{
 		{"negative retry after", []string{"--retry-after-seconds=-1"}, 1, "--retry-after-seconds -1: must be an integer from 1 to 3600"},
 		{"retry after over an hour", []string{"--retry-after-seconds=3601"}, 1, "--retry-after-seconds 3601: must be an integer from 1 to 3600"},
-		{"retry after not a number", []string{"--retry-after-seconds=soon"}, exitUsage, `invalid argument "soon" for "--retry-after-seconds"`},
+		{"retry after not a number", []string{"--retry-after-seconds=soon"}, cmdline.ExitUsage, `invalid argument "soon" for "--retry-after-seconds"`},
 		{"upper-case routing header", []string{"--routing-header=X-Upper"}, 1, `--routing-header "X-Upper": not a lower-case HTTP header name`},
 		{"pseudo-header as routing header", []string{"--routing-header=:authority"}, 1, `--routing-header ":authority": not a lower-case HTTP header name`},
 		{"identity header as routing header", []string{"--routing-header=x-remote-user"}, 1, `--routing-header "x-remote-user": reserved by the plugin`},
@@ -283,7 +280,7 @@ func TestServeRefusesEveryBadFlagValueAtStartNamingTheFlag(t *testing.T) {
 		{"half a proxy key pair", []string{"--proxy-client-cert-file=p"}, 1, "--proxy-client-cert-file and --proxy-client-key-file go together"},
 		{"fractional authorization cache", []string{"--discovery-authorization-cache=1500ms"}, 1, "--discovery-authorization-cache 1.5s: must be whole seconds, at most 5m0s"},
 		{"authorization cache too long", []string{"--discovery-authorization-cache=6m"}, 1, "--discovery-authorization-cache 6m0s: must be whole seconds, at most 5m0s"},
-		{"duration without a unit", []string{"--poll-interval=5"}, exitUsage, `invalid argument "5" for "--poll-interval"`},
+		{"duration without a unit", []string{"--poll-interval=5"}, cmdline.ExitUsage, `invalid argument "5" for "--poll-interval"`},
 		{"plain-http API server", []string{"--apiserver=http://10.0.0.2:6443"}, 1, `--apiserver "http://10.0.0.2:6443": must be an https:// URL`},
 		{"API server with a path", []string{"--apiserver=https://10.0.0.2:6443/api"}, 1, `--apiserver "https://10.0.0.2:6443/api": must be https://host:port with nothing after the port`},
 		{"API server with credentials", []string{"--apiserver=https://admin@10.0.0.2:6443"}, 1, `--apiserver "https://admin@10.0.0.2:6443": must be https://host:port`},
@@ -292,20 +289,17 @@ func TestServeRefusesEveryBadFlagValueAtStartNamingTheFlag(t *testing.T) {
 		{"API server listed twice", []string{"--apiserver=https://10.0.0.1:6443/"}, 1, `--apiserver "https://10.0.0.1:6443/": listed twice (as 10.0.0.1:6443)`},
 		{"local API server over http", []string{"--local-apiserver=http://10.0.0.2:6443", "--bind-address=127.0.0.1"}, 1, `--local-apiserver "http://10.0.0.2:6443": must be an https:// URL`},
 		{"node-local on a public address", []string{"--local-apiserver=https://10.0.0.2:6443", "--bind-address=0.0.0.0"}, 1, "--bind-address 0.0.0.0: node-local mode"},
-		{"secure port out of range", []string{"--secure-port=70000"}, 1, "--secure-port 70000: must be 0 to 65535"},
+		{"secure port out of range", []string{"--secure-port=70000"}, 1, "--secure-port 70000: must be 1 to 65535"},
 		{"metrics address without a port", []string{"--metrics-bind-address=127.0.0.1"}, 1, `--metrics-bind-address "127.0.0.1": must be host:port`},
-		{"xDS without a client CA", []string{"--xds-bind-address=127.0.0.1:0", "--envoy-wasm-path=/skewgate.wasm"}, 1, "--xds-bind-address needs --xds-client-ca-file"},
-		{"negative xDS stream limit", []string{"--xds-bind-address=127.0.0.1:0", "--xds-client-ca-file=ca", "--envoy-wasm-path=/skewgate.wasm", "--xds-max-streams=-1"}, 1, "--xds-max-streams -1: must not be negative"},
-		{"negative xDS per-client stream limit", []string{"--xds-bind-address=127.0.0.1:0", "--xds-client-ca-file=ca", "--envoy-wasm-path=/skewgate.wasm", "--xds-max-streams-per-client=-2"}, 1, "--xds-max-streams-per-client -2: must not be negative"},
 		{"negative in-flight limit", []string{"--max-requests-inflight=-1"}, 1, "--max-requests-inflight -1: must not be negative"},
 		{"negative mutating in-flight limit", []string{"--max-mutating-requests-inflight=-5"}, 1, "--max-mutating-requests-inflight -5: must not be negative"},
 		{"negative body buffer", []string{"--max-buffered-request-bytes=-1"}, 1, "--max-buffered-request-bytes -1: must be positive"},
 		{"client share beyond the body buffer", []string{"--max-buffered-request-bytes=1048576", "--max-buffered-request-bytes-per-client=2097152"}, 1,
 			"--max-buffered-request-bytes-per-client 2097152: must be positive and at most --max-buffered-request-bytes (1048576)"},
-		{"in-flight limit not a number", []string{"--max-requests-inflight=many"}, exitUsage, `invalid argument "many" for "--max-requests-inflight"`},
+		{"in-flight limit not a number", []string{"--max-requests-inflight=many"}, cmdline.ExitUsage, `invalid argument "many" for "--max-requests-inflight"`},
 		{"bad log level", []string{"--log-level=loud"}, 1, "--log-level"},
 		{"bad log format", []string{"--log-format=xml"}, 1, `--log-format "xml": must be text or json`},
-		{"unknown flag", []string{"--retry-after=5"}, exitUsage, "unknown flag: --retry-after"},
+		{"unknown flag", []string{"--retry-after=5"}, cmdline.ExitUsage, "unknown flag: --retry-after"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runCLI(t, append(slices.Clone(serveBase), tc.args...)...)
@@ -389,7 +383,7 @@ func TestFlagsAfterPositionalArgumentsCount(t *testing.T) {
 	if code != 0 || after != first || first == "" {
 		t.Errorf("flags after the files: exit %d, %s; want the document the flags before them give", code, stderr)
 	}
-	if code, _, stderr := runCLI(t, "serve", "--tls-cert-file=c", "stray", "--peer-ca-file=ca"); code != exitUsage || !strings.Contains(stderr, "unexpected arguments: stray") {
+	if code, _, stderr := runCLI(t, "serve", "--tls-cert-file=c", "stray", "--peer-ca-file=ca"); code != cmdline.ExitUsage || !strings.Contains(stderr, "unexpected arguments: stray") {
 		t.Errorf("a stray argument between flags: exit %d, %q", code, stderr)
 	}
 }

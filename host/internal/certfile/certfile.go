@@ -30,6 +30,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 // DefaultInterval is how often files are read again: a renewed certificate is
@@ -98,10 +100,10 @@ func (w *Watcher) add(c checker) {
 }
 
 var (
-	reloadsDesc = prometheus.NewDesc("skewgate_certificate_reloads_total",
-		"New content of certificate, key or CA files taken into use, by the flags naming the files.", []string{"files"}, nil)
-	reloadFailuresDesc = prometheus.NewDesc("skewgate_certificate_reload_failures_total",
-		"New content of certificate, key or CA files rejected (the previous material stays), by the flags naming the files.", []string{"files"}, nil)
+	reloadsDesc = prometheus.NewDesc(metricdef.CertificateReloads.Name, metricdef.CertificateReloads.Help,
+		metricdef.CertificateReloads.Labels, nil)
+	reloadFailuresDesc = prometheus.NewDesc(metricdef.CertificateReloadFailures.Name, metricdef.CertificateReloadFailures.Help,
+		metricdef.CertificateReloadFailures.Labels, nil)
 )
 
 // Describe and Collect make the Watcher the prometheus.Collector of how many

@@ -19,6 +19,23 @@ import (
 // command's help; commands exit with status 2 for it.
 var ErrUsage = errors.New("usage")
 
+// ExitUsage is the exit status of a command-line mistake.
+const ExitUsage = 2
+
+// ExitCode is the exit status of a command that ended with err: 0 for none or
+// for help asked for, ExitUsage for a mistake Parse has already reported, and
+// 1 for any other error, written to stderr after the command's name.
+func ExitCode(name string, err error, stderr io.Writer) int {
+	switch {
+	case err == nil, errors.Is(err, pflag.ErrHelp):
+		return 0
+	case errors.Is(err, ErrUsage):
+		return ExitUsage
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", name, err)
+	return 1
+}
+
 // usageError is a mistake Parse found itself, such as stray arguments: it
 // says what, and is ErrUsage.
 type usageError struct{ msg string }
@@ -73,8 +90,8 @@ type LogFlags struct {
 	format, level string
 }
 
-// Register adds --log-format and --log-level to fs.
-func (l *LogFlags) Register(fs *pflag.FlagSet, defaultLevel string) {
+// AddFlags registers --log-format and --log-level.
+func (l *LogFlags) AddFlags(fs *pflag.FlagSet, defaultLevel string) {
 	fs.StringVar(&l.format, "log-format", "text", "log format: text or json")
 	fs.StringVar(&l.level, "log-level", defaultLevel, "minimum log level: debug, info, warn or error")
 }

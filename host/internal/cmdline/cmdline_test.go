@@ -74,7 +74,7 @@ func TestLogFlagsNameTheFlagOfABadValue(t *testing.T) {
 	} {
 		var l LogFlags
 		fs := NewFlagSet("tool", "tool", "", &bytes.Buffer{})
-		l.Register(fs, "info")
+		l.AddFlags(fs, "info")
 		if err := Parse(fs, tc.args, false); err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func TestLogFlagsNameTheFlagOfABadValue(t *testing.T) {
 	}
 	var l LogFlags
 	fs := NewFlagSet("tool", "tool", "", &bytes.Buffer{})
-	l.Register(fs, "warn")
+	l.AddFlags(fs, "warn")
 	if err := Parse(fs, []string{"--log-format=json"}, false); err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,9 @@ func TestAnsweredProbeResetsTheConsecutiveFailures(t *testing.T) {
 	pki, a, b := newSkewedPair(t)
 	rec := &recorder{}
 	opts := testOptions(pki, rec, a, b)
-	opts.RequestTimeout = 100 * time.Millisecond
+	// Long enough that an answered probe never times out on a loaded
+	// machine: only the stalled ones may count as failures.
+	opts.RequestTimeout = 500 * time.Millisecond
 	c := startController(t, opts)
 	waitUntil(t, "Ready", c.Ready)
 

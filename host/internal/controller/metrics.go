@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 // metrics are the controller's counters and gauges.
@@ -29,47 +31,30 @@ type metrics struct {
 }
 
 func newMetrics() *metrics {
-	gauge := func(name, help string) prometheus.Gauge {
-		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	gauge := func(def *metricdef.Metric) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: def.Name, Help: def.Help})
+	}
+	counter := func(def *metricdef.Metric) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: def.Name, Help: def.Help})
+	}
+	counterVec := func(def *metricdef.Metric) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: def.Name, Help: def.Help}, def.Labels)
 	}
 	m := &metrics{
-		fetchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "skewgate_controller_fetch_errors_total",
-			Help: "Failed requests to API servers, by server address, path and reason.",
-		}, []string{"server", "path", "reason"}),
-		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "skewgate_controller_publish_errors_total",
-			Help: "Snapshots the OnSnapshot callback refused.",
-		}),
-		invalidSnapshots: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "skewgate_controller_invalid_snapshots_total",
-			Help: "Built snapshots that failed validation and were not published.",
-		}),
-		generation:      gauge("skewgate_controller_snapshot_generation", "Generation of the last published snapshot."),
-		snapshotServers: gauge("skewgate_controller_snapshot_servers", "API servers in the last published snapshot."),
-		serversKnown:    gauge("skewgate_controller_servers", "API servers known and probed."),
-		serversHealthy: gauge("skewgate_controller_servers_healthy",
-			"API servers considered healthy: /readyz last answered 200, and fewer consecutive probes than the failure threshold went unanswered since."),
-		lastSuccess: gauge("skewgate_controller_last_successful_poll_timestamp_seconds",
-			"End of the last poll after which at least one server was healthy and the published snapshot was up to date."),
-		frontProxyIsUser: gauge("skewgate_controller_front_proxy_certificate_authenticates",
-			"1 when an API server authenticated the front-proxy client certificate alone, without X-Remote-User, as a user: its --client-ca-file trusts it."),
-		schemaFetches: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "skewgate_controller_openapi_documents_fetched_total",
-			Help: "OpenAPI v3 group-version documents fetched and reduced to field paths: those of a group version whose hash differs between servers, once per hash.",
-		}),
-		schemaBytes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "skewgate_controller_openapi_document_bytes_total",
-			Help: "Bytes of the OpenAPI v3 documents fetched; each is dropped once reduced.",
-		}),
-		schemaFetchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "skewgate_controller_openapi_document_errors_total",
-			Help: "OpenAPI v3 group-version documents that could not be fetched or read, by reason; retried on later polls.",
-		}, []string{"reason"}),
-		schemaDocuments: gauge("skewgate_controller_openapi_documents",
-			"Reduced OpenAPI v3 documents held: one per hash of a group version whose hash differs between servers."),
-		schemaFieldPaths: gauge("skewgate_controller_openapi_field_paths",
-			"Field paths held by the reduced OpenAPI v3 documents, over all their kinds."),
+		fetchErrors:       counterVec(&metricdef.ControllerFetchErrors),
+		publishErrors:     counter(&metricdef.ControllerPublishErrors),
+		invalidSnapshots:  counter(&metricdef.ControllerInvalidSnapshots),
+		generation:        gauge(&metricdef.ControllerSnapshotGeneration),
+		snapshotServers:   gauge(&metricdef.ControllerSnapshotServers),
+		serversKnown:      gauge(&metricdef.ControllerServers),
+		serversHealthy:    gauge(&metricdef.ControllerServersHealthy),
+		lastSuccess:       gauge(&metricdef.ControllerLastSuccessfulPoll),
+		frontProxyIsUser:  gauge(&metricdef.ControllerFrontProxyCertificateAuthenticates),
+		schemaFetches:     counter(&metricdef.ControllerOpenAPIDocumentsFetched),
+		schemaBytes:       counter(&metricdef.ControllerOpenAPIDocumentBytes),
+		schemaFetchErrors: counterVec(&metricdef.ControllerOpenAPIDocumentErrors),
+		schemaDocuments:   gauge(&metricdef.ControllerOpenAPIDocuments),
+		schemaFieldPaths:  gauge(&metricdef.ControllerOpenAPIFieldPaths),
 	}
 	m.all = []prometheus.Collector{m.fetchErrors, m.publishErrors, m.invalidSnapshots, m.generation, m.snapshotServers,
 		m.serversKnown, m.serversHealthy, m.lastSuccess, m.frontProxyIsUser,

@@ -36,7 +36,7 @@ func TestCollectorExposesEveryMetric(t *testing.T) {
 skewgate_controller_fetch_errors_total{path="/readyz",reason="unreachable",server="10.0.0.1:6443"} 2
 skewgate_controller_fetch_errors_total{path="/apis",reason="malformed",server="10.0.0.2:6443"} 1
 skewgate_controller_fetch_errors_total{path="/apis",reason="status",server="odd\"server\\\n"} 1
-# HELP skewgate_controller_publish_errors_total Snapshots the OnSnapshot callback refused.
+# HELP skewgate_controller_publish_errors_total Snapshots not taken where they are published (in skewgate serve: the plugin VMs rejected the configuration made of it); the previous one stays and the snapshot is offered again on the next poll.
 # TYPE skewgate_controller_publish_errors_total counter
 skewgate_controller_publish_errors_total 1
 # HELP skewgate_controller_invalid_snapshots_total Built snapshots that failed validation and were not published.

@@ -31,8 +31,8 @@ type gvr struct{ group, version, resource string }
 
 // fakeAPIServer answers like a kube-apiserver that serves exactly what its
 // discovery documents list: discovery (aggregated and legacy), /version,
-// health, and resource requests with an empty list or a minimal object; 404
-// as kube-apiserver writes it for anything else.
+// health, /openapi/v3, and resource requests with an empty list or a minimal
+// object; 404 as kube-apiserver writes it for anything else.
 type fakeAPIServer struct {
 	name, version string
 	docs          Documents
@@ -41,10 +41,11 @@ type fakeAPIServer struct {
 	resources     map[gvr]resourceInfo
 	// lists are the discovery items, kept for the legacy documents.
 	lists    [2]discovery.GroupList
+	openAPI  *openAPI
 	requests atomic.Uint64
 }
 
-func newFakeAPIServer(name, version string, docs Documents) (*fakeAPIServer, error) {
+func newFakeAPIServer(name, version string, docs Documents, fields schemaFields) (*fakeAPIServer, error) {
 	s := &fakeAPIServer{name: name, version: version, docs: docs, versions: map[string][]string{}, resources: map[gvr]resourceInfo{}}
 	for i, raw := range [][]byte{docs.APIs, docs.API} {
 		list, err := discovery.ParseGroupList(raw)
@@ -67,6 +68,10 @@ func newFakeAPIServer(name, version string, docs Documents) (*fakeAPIServer, err
 			}
 		}
 	}
+	var err error
+	if s.openAPI, err = newOpenAPI(version, s.lists[:], fields); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
 	return s, nil
 }
 
@@ -88,6 +93,8 @@ func (s *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "ok")
 	case path == "/version":
 		s.serveVersion(w)
+	case path == "/openapi/v3" || strings.HasPrefix(path, "/openapi/v3/"):
+		s.openAPI.serve(w, r, path)
 	case path == "/apis" || path == "/api":
 		s.serveDiscoveryRoot(w, r, path)
 	case strings.HasPrefix(path, "/api/"):

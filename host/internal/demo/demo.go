@@ -153,12 +153,21 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	defer cancel()
 	var servers []*fakeAPIServer
 	var urls []string
+	pairs, err := fixtures.LoadSchemaSkew()
+	if err != nil {
+		return nil, err
+	}
+	var versions []string
+	for _, m := range members {
+		versions = append(versions, m.version)
+	}
+	fields := schemaFieldsOf(pairs, versions)
 	for _, m := range members {
 		docs, err := opts.Source(m.version, m.extra)
 		if err != nil {
 			return nil, err
 		}
-		s, err := newFakeAPIServer(m.name, m.version, docs)
+		s, err := newFakeAPIServer(m.name, m.version, docs, fields[m.version])
 		if err != nil {
 			return nil, err
 		}
@@ -184,30 +193,27 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, fmt.Errorf("gateway address: %w", err)
 	}
 	if securePort == 0 {
-		// serve treats 0 as "default port"; ask the system for a free one.
+		// Ask the system for a free port.
 		if securePort, err = freePort(host); err != nil {
 			return nil, err
 		}
 	}
-	gw, err := serve.New(serve.Config{
-		BindAddress:         host,
-		SecurePort:          securePort,
-		TLSCertFile:         pki.files.gatewayCert,
-		TLSPrivateKeyFile:   pki.files.gatewayKey,
-		PeerCAFile:          pki.files.ca,
-		ProxyClientCertFile: pki.files.proxyClientCert,
-		ProxyClientKeyFile:  pki.files.proxyClientKey,
-		APIServers:          urls,
-		// Demo clients poll discovery; each answer is asked once per period.
-		DiscoveryAuthorizationCache: serve.DefaultDiscoveryAuthorizationCache,
-		IdentityMode:                serve.IdentityPassthrough,
-		MetricsBindAddress:          opts.MetricsAddress,
-		WasmPath:                    opts.WasmPath,
-		PollInterval:                time.Second,
-		CompilationCacheDir:         opts.CompilationCacheDir,
-		ShutdownTimeout:             5 * time.Second,
-		Logger:                      opts.Logger,
-	})
+	cfg := serve.NewConfig()
+	cfg.BindAddress = host
+	cfg.SecurePort = securePort
+	cfg.TLSCertFile = pki.files.gatewayCert
+	cfg.TLSPrivateKeyFile = pki.files.gatewayKey
+	cfg.PeerCAFile = pki.files.ca
+	cfg.ProxyClientCertFile = pki.files.proxyClientCert
+	cfg.ProxyClientKeyFile = pki.files.proxyClientKey
+	cfg.APIServers = urls
+	cfg.MetricsBindAddress = opts.MetricsAddress
+	cfg.WasmPath = opts.WasmPath
+	cfg.PollInterval = time.Second
+	cfg.CompilationCacheDir = opts.CompilationCacheDir
+	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.Logger = opts.Logger
+	gw, err := serve.New(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -9,11 +9,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/fixtures"
+	"github.com/skewgate/skewgate/host/internal/schemafields"
 )
 
 const builtPlugin = "../../../build/skewgate.wasm"
@@ -67,7 +70,7 @@ func TestFakeAPIServerAnswersAsKubeAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := newFakeAPIServer("old", "v1.35.4", docs)
+	s, err := newFakeAPIServer("old", "v1.35.4", docs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,6 +104,9 @@ func TestFakeAPIServerAnswersAsKubeAPIServer(t *testing.T) {
 		{"legacy group version document", "/apis/apps/v1", "", 200, "application/json", `"kind":"APIResourceList"`},
 		{"version", "/version", "", 200, "application/json", `"gitVersion":"v1.35.4"`},
 		{"readiness", "/readyz", "", 200, "text/plain; charset=utf-8", "ok"},
+		{"OpenAPI v3 index", "/openapi/v3", "", 200, "application/json", `"apis/apps/v1":{"serverRelativeURL":"/openapi/v3/apis/apps/v1?hash=`},
+		{"OpenAPI v3 document", "/openapi/v3/api/v1", "", 200, "application/json", `"x-kubernetes-group-version-kind":[{"group":"","kind":"Pod","version":"v1"}]`},
+		{"OpenAPI v3 document of a group version not served", "/openapi/v3/apis/coordination.k8s.io/v1alpha2", "", 404, "text/plain; charset=utf-8", "404 page not found\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp := get(tc.path, tc.accept, "")
@@ -117,5 +123,57 @@ func TestFakeAPIServerAnswersAsKubeAPIServer(t *testing.T) {
 	etag := first.Header.Get("ETag")
 	if again := get("/apis", discoveryContentType, etag); etag == "" || again.StatusCode != http.StatusNotModified {
 		t.Errorf("revalidation with ETag %q answered %d, want 304", etag, again.StatusCode)
+	}
+}
+
+// The demo's servers publish OpenAPI v3 as kube-apiserver does, and their
+// schemas, reduced as the controller reduces them, differ by exactly the
+// fields the captured comparison of their versions found.
+func TestFakeAPIServersSchemasDifferAsCaptured(t *testing.T) {
+	pairs, err := fixtures.LoadSchemaSkew()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const older, newer = "v1.35.4", "v1.36.3"
+	fields := schemaFieldsOf(pairs, []string{older, newer})
+	reduced := map[string]*schemafields.Document{}
+	for _, version := range []string{older, newer} {
+		docs, err := FixtureSource(fixtures.FS)(version, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := newFakeAPIServer(version, version, docs, fields[version])
+		if err != nil {
+			t.Fatal(err)
+		}
+		get := func(path string) []byte {
+			w := httptest.NewRecorder()
+			s.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+			if w.Code != http.StatusOK {
+				t.Fatalf("%s: GET %s: %d", version, path, w.Code)
+			}
+			return w.Body.Bytes()
+		}
+		index, err := discovery.ParseOpenAPIIndex(get("/openapi/v3"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(index, func(p discovery.OpenAPIPath) bool { return p.Path == "apis/apps/v1" })
+		if i < 0 {
+			t.Fatalf("%s: the index lacks apps/v1: %v", version, index)
+		}
+		if reduced[version], err = schemafields.Reduce(get(index[i].URL()), "apps", "v1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pair := pairs[slices.IndexFunc(pairs, func(p fixtures.SchemaSkew) bool { return p.Older == older && p.Newer == newer })]
+	captured := pair.Resources[slices.IndexFunc(pair.Resources, func(r fixtures.SchemaSkewResource) bool { return r.Resource == "apps/v1/deployments" })]
+	deployment := discovery.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}
+	oldFields, newFields := reduced[older].Kinds[deployment].Fields, reduced[newer].Kinds[deployment].Fields
+	onlyInNewer, _ := oldFields.Lacks(newFields, 1000)
+	onlyInOlder, _ := newFields.Lacks(oldFields, 1000)
+	if !slices.Equal(onlyInNewer, slices.Sorted(slices.Values(captured.OnlyInNewer))) ||
+		!slices.Equal(onlyInOlder, slices.Sorted(slices.Values(captured.OnlyInOlder))) {
+		t.Errorf("Deployment: only in %s %v, only in %s %v; captured %v and %v", newer, onlyInNewer, older, onlyInOlder, captured.OnlyInNewer, captured.OnlyInOlder)
 	}
 }

@@ -37,8 +37,10 @@ const (
 	// (the in-cluster service name), so one SNI and one SAN check fit all.
 	APIServerSNI = "kubernetes.default.svc"
 
-	defaultNodeID     = "skewgate"
-	defaultAdminPort  = 9901
+	defaultNodeID = "skewgate"
+	// DefaultAdminPort is where Envoy's admin interface listens, on
+	// 127.0.0.1 only, when a Spec leaves AdminPort zero.
+	DefaultAdminPort  = 9901
 	defaultListenAddr = "0.0.0.0"
 	defaultListenPort = 6443
 )
@@ -110,7 +112,7 @@ func (s Spec) normalized() (Spec, error) {
 		s.NodeID = defaultNodeID
 	}
 	if s.AdminPort == 0 {
-		s.AdminPort = defaultAdminPort
+		s.AdminPort = DefaultAdminPort
 	}
 	if s.ListenAddress == "" {
 		s.ListenAddress = defaultListenAddr

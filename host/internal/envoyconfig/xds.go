@@ -10,7 +10,7 @@ import (
 // server; no API server cluster may be named so.
 const XDSClusterName = "skewgate_xds"
 
-// XDSSource is the management server (`skewgate serve --xds-bind-address`)
+// XDSSource is the management server (`skewgate-xds --xds-bind-address`)
 // an Envoy rendered by RenderXDS receives the plugin filter from. Paths are
 // paths on the Envoy host and must be absolute.
 type XDSSource struct {

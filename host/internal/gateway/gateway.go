@@ -248,7 +248,6 @@ func New(opts Options) (*Gateway, error) {
 // Staged is a routing built by Stage and not yet current.
 type Staged struct {
 	g         *Gateway
-	rt        Routing
 	old, next *state
 }
 
@@ -272,7 +271,7 @@ func (g *Gateway) Stage(rt Routing) (*Staged, error) {
 		maps.Copy(both.retired, old.retired)
 		g.state.Store(both)
 	}
-	return &Staged{g: g, rt: rt, old: old, next: next}, nil
+	return &Staged{g: g, old: old, next: next}, nil
 }
 
 // Commit makes the staged routing current; the clusters it dropped stay
@@ -290,7 +289,6 @@ func (s *Staged) Commit() {
 	}
 	g.state.Store(s.next)
 	g.metrics.forgetUpstreams(s.next)
-	g.metrics.generation.Set(float64(s.rt.Index.Snapshot().Generation))
 }
 
 // Abort keeps the routing that was current before Stage.

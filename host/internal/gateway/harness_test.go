@@ -34,11 +34,21 @@ var (
 	pluginBytes []byte
 	pluginErr   error
 	// compilationCache keeps wazero's compiled plugin across the tests of one
-	// run; TestMain removes it.
+	// run; TestMain removes it unless keptCompilationCache named it.
 	compilationCache string
 )
 
+// keptCompilationCache names a compilation cache that outlives the run:
+// skewbench counts the instructions of a request through the gateway in a
+// simulator, where compiling the plugin would take minutes, after a run
+// outside it has filled the cache.
+const keptCompilationCache = "SKEWGATE_TEST_COMPILATION_CACHE"
+
 func TestMain(m *testing.M) {
+	if kept := os.Getenv(keptCompilationCache); kept != "" {
+		compilationCache = kept
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "skewgate-gateway-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -8,15 +8,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/skewgate/skewgate/host/internal/wasmhost"
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 // verdictNone labels a request answered before the plugin ran; the other
 // verdict label values are the plugin's (wasmhost.Verdict).
 const verdictNone = wasmhost.Reset + 1
-
-// requestBuckets span a local answer of the plugin (about a millisecond) to
-// the default request timeout.
-var requestBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 // Status codes a request can be counted with from its verdict's table; others
 // (none are sent in practice) take the slower labelled lookup.
@@ -32,7 +29,6 @@ type metrics struct {
 	upstreamErrors *prometheus.CounterVec
 	retries        prometheus.Counter
 	pluginFailures prometheus.Counter
-	generation     prometheus.Gauge
 	inFlight       *prometheus.Desc
 	// rejected counts requests answered 429 by the gateway's own limits,
 	// unbufferedBodies bodies streamed because the buffer budget refused them.
@@ -58,51 +54,29 @@ type verdictSeries struct {
 }
 
 func newMetrics() *metrics {
+	counterVec := func(def *metricdef.Metric) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: def.Name, Help: def.Help}, def.Labels)
+	}
+	counter := func(def *metricdef.Metric) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: def.Name, Help: def.Help})
+	}
+	desc := func(def *metricdef.Metric) *prometheus.Desc {
+		return prometheus.NewDesc(def.Name, def.Help, def.Labels, nil)
+	}
+	duration := &metricdef.GatewayRequestDuration
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "skewgate_gateway_requests_total",
-			Help: "Requests by the plugin's verdict (none: answered before the plugin ran) and the status code sent (101: protocol switched, 499: client left).",
-		}, []string{"verdict", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "skewgate_gateway_request_duration_seconds",
-			Help: "Time from a request's arrival to its response headers (a watch or an upgraded connection counts until it started), " +
-				"by the plugin's verdict and the cluster of the API server that answered (upstream; empty when the gateway or the plugin answered).",
-			Buckets: requestBuckets,
-		}, []string{"verdict", "upstream"}),
-		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "skewgate_gateway_upstream_errors_total",
-			Help: "Failed attempts to reach an API server, by backend cluster and kind (connect, tls, timeout, transport; shutting_down: the server refused the request while shutting down).",
-		}, []string{"backend", "kind"}),
-		retries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "skewgate_gateway_retries_total",
-			Help: "Requests sent again to another API server because the previous one provably did not process them (unreachable, or shutting down).",
-		}),
-		pluginFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "skewgate_gateway_plugin_failures_total",
-			Help: "Requests the plugin could not process (answered by the failure policy).",
-		}),
-		generation: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "skewgate_gateway_snapshot_generation",
-			Help: "Generation of the snapshot the gateway routes with.",
-		}),
-		inFlight: prometheus.NewDesc("skewgate_gateway_backend_in_flight",
-			"Requests being proxied to each API server, open watches and upgraded connections included.", []string{"backend"}, nil),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "skewgate_gateway_rejected_requests_total",
-			Help: "Requests answered 429 by the gateway's own limits: max_requests_inflight, max_mutating_requests_inflight, " +
-				"or plugin_busy (no plugin VM became free while the request could queue).",
-		}, []string{"reason"}),
-		unbufferedBodies: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "skewgate_gateway_unbuffered_request_bodies_total",
-			Help: "Request bodies small enough to buffer for a retry that streamed instead, because the buffer budget " +
-				"(budget) or the client's share of it (client_share) was taken; their requests are not retried.",
-		}, []string{"reason"}),
-		requestsInFlight: prometheus.NewDesc("skewgate_gateway_requests_in_flight",
-			"Requests that are not long-running being served, by kind (readOnly, mutating), as --max-requests-inflight and --max-mutating-requests-inflight count them.",
-			[]string{"request_kind"}, nil),
-		bufferedBytes: prometheus.NewDesc("skewgate_gateway_buffered_request_bytes",
-			"Bytes of request bodies held for retries, as --max-buffered-request-bytes counts them.", nil, nil),
-		upstreams: map[string]bool{},
+		requests: counterVec(&metricdef.GatewayRequests),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: duration.Name, Help: duration.Help, Buckets: duration.Buckets},
+			duration.Labels),
+		upstreamErrors:   counterVec(&metricdef.GatewayUpstreamErrors),
+		retries:          counter(&metricdef.GatewayRetries),
+		pluginFailures:   counter(&metricdef.GatewayPluginFailures),
+		inFlight:         desc(&metricdef.GatewayBackendInFlight),
+		rejected:         counterVec(&metricdef.GatewayRejectedRequests),
+		unbufferedBodies: counterVec(&metricdef.GatewayUnbufferedRequestBodies),
+		requestsInFlight: desc(&metricdef.GatewayRequestsInFlight),
+		bufferedBytes:    desc(&metricdef.GatewayBufferedRequestBytes),
+		upstreams:        map[string]bool{},
 	}
 	for v := range m.byVerdict {
 		s := &m.byVerdict[v]
@@ -169,7 +143,7 @@ func (m *metrics) forgetUpstreams(s *state) {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.duration, m.upstreamErrors, m.retries, m.pluginFailures, m.generation, m.rejected, m.unbufferedBodies}
+	return []prometheus.Collector{m.requests, m.duration, m.upstreamErrors, m.retries, m.pluginFailures, m.rejected, m.unbufferedBodies}
 }
 
 // Describe and Collect make the Gateway the prometheus.Collector of its

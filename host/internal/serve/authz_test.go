@@ -61,7 +61,7 @@ func TestDiscoveryAuthorizationCacheOfZeroAsksOnEveryRequest(t *testing.T) {
 		want  string
 	}{
 		{0, `"discoveryAuthorizationCacheSeconds":0`},
-		{DefaultDiscoveryAuthorizationCache, `"discoveryAuthorizationCacheSeconds":10`},
+		{10 * time.Second, `"discoveryAuthorizationCacheSeconds":10`},
 	} {
 		t.Run(tc.cache.String(), func(t *testing.T) {
 			f := newFixture(t)
@@ -85,7 +85,7 @@ func TestSchemaSkewRoutingReachesThePluginConfiguration(t *testing.T) {
 	for _, tc := range []struct {
 		routing, want string
 	}{
-		{"", `"schemaSkewRouting":"reads-and-writes"`},
+		{NewConfig().SchemaSkewRouting, `"schemaSkewRouting":"reads-and-writes"`},
 		{"writes", `"schemaSkewRouting":"writes"`},
 	} {
 		f := newFixture(t)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/skewgate/skewgate/host/internal/statuspage"
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 // metricsHandler serves the operator endpoints.
@@ -85,12 +86,12 @@ func (s *Server) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
 }
 
 // metricsRegistry holds the gateway's, the plugin host's, the controller's,
-// the certificate files', the xDS server's and this server's own metrics, and
+// the certificate files' and this server's own metrics, and
 // the Go runtime's and the process's.
 func (s *Server) metricsRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	counter := func(name, help string, v *atomic.Uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v.Load()) })
+	counter := func(def *metricdef.Metric, v *atomic.Uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: def.Name, Help: def.Help}, func() float64 { return float64(v.Load()) })
 	}
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -99,23 +100,16 @@ func (s *Server) metricsRegistry() *prometheus.Registry {
 		pluginMetrics{s.plugins},
 		s.ctrl,
 		s.certificates,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skewgate_ready", Help: "1 once a snapshot was accepted by the plugin VMs."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: metricdef.ServeReady.Name, Help: metricdef.ServeReady.Help},
 			func() float64 {
 				if s.Ready() {
 					return 1
 				}
 				return 0
 			}),
-		counter("skewgate_configuration_rejections_total", "Snapshots the plugin VMs did not accept; the previous configuration stayed.",
-			&s.counts.configRejections),
-		counter("skewgate_ecds_writes_total", "Envoy ECDS files written.", &s.counts.ecdsWrites),
-		counter("skewgate_ecds_write_failures_total", "Envoy ECDS files that could not be written.", &s.counts.ecdsFailures),
-		counter("skewgate_xds_publish_failures_total", "Accepted plugin configurations the xDS management server could not be given.",
-			&s.counts.xdsFailures),
+		counter(&metricdef.ServeECDSWrites, &s.counts.ecdsWrites),
+		counter(&metricdef.ServeECDSWriteFailures, &s.counts.ecdsFailures),
 	)
-	if s.xds != nil {
-		reg.MustRegister(s.xds)
-	}
 	return reg
 }
 

@@ -12,6 +12,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/skewgate/skewgate/host/internal/logtest"
+	"github.com/skewgate/skewgate/host/internal/metricstest"
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 func TestMetricsEndpointExposesRuntimeProcessAndRequestDurationMetrics(t *testing.T) {
@@ -114,5 +116,40 @@ func TestDebugRequestsServesTheShapesOfRequestsReceived(t *testing.T) {
 	}
 	if strings.Contains(body, "node-7") || strings.Contains(body, "default") {
 		t.Errorf("/debug/requests holds a selector value or a namespace: %s", body)
+	}
+}
+
+// Every metric /metrics serves is Prometheus' own (go_, process_) or one
+// metricdef defines, as it defines it, the plugin's included; and no
+// definition is left that nothing serves.
+func TestEveryMetricServedIsDefined(t *testing.T) {
+	f := newFixture(t)
+	s := f.startServer(t)
+	if code, _, body := get(t, f.gatewayClient(), "https://"+s.GatewayAddr().String()+"/api/v1/namespaces/default/pods"); code != http.StatusOK {
+		t.Fatalf("request through the gateway: %d: %s", code, body)
+	}
+	eventuallyMetric(t, s, `skewgate_gateway_request_duration_seconds_count{upstream="`)
+	reg := s.metricsRegistry()
+	if err := metricstest.Defined(reg); err != nil {
+		t.Error(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]bool{}
+	for _, mf := range families {
+		name := mf.GetName()
+		served[name] = true
+		if !strings.HasPrefix(name, "skewgate_") && !strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") {
+			t.Errorf("%s: neither skewgate's nor Prometheus' own", name)
+		}
+	}
+	// And every definition of what serve runs is served: the labelled ones
+	// once they have a series, the xDS server's with --xds-bind-address.
+	for _, def := range metricdef.All {
+		if len(def.Labels) == 0 && def.Exporter != metricdef.XDS && !served[def.Name] {
+			t.Errorf("%s is defined but not served", def.Name)
+		}
 	}
 }

@@ -1,9 +1,14 @@
 package serve
 
 import (
+	"math"
 	"net/http"
+	"os"
+	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/skewgate/skewgate/host/internal/cmdline"
 )
 
 // In node-local mode the node's own server (here kube-a, v1.35) answers
@@ -14,7 +19,7 @@ func TestNodeLocalModeSendsEverythingTheLocalServerServesToIt(t *testing.T) {
 	f.cfg.LocalAPIServer = f.cfg.APIServers[0]
 	f.cfg.BindAddress = ""
 	s := f.startServer(t)
-	if host := s.GatewayAddr().String(); !strings.HasPrefix(host, DefaultNodeLocalBindAddress+":") {
+	if host := s.GatewayAddr().String(); !strings.HasPrefix(host, cmdline.DefaultNodeLocalBindAddress+":") {
 		t.Errorf("node-local gateway listens on %s; want loopback by default", host)
 	}
 	client := f.gatewayClient()
@@ -56,5 +61,39 @@ func TestNodeLocalModeSendsEverythingTheLocalServerServesToIt(t *testing.T) {
 	}
 	if peers[local] || len(peers) != 2 {
 		t.Errorf("with the local server down, configmaps served by %v; want both peers", peers)
+	}
+}
+
+// A node-local gateway limits the Go runtime's memory once it is ready
+// (its plugin compiled), and leaves a GOMEMLIMIT from the environment alone.
+func TestNodeLocalModeLimitsGoMemoryUnlessGOMEMLIMITIsSet(t *testing.T) {
+	original := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(original) })
+	for _, env := range []string{"", "off"} {
+		t.Run("GOMEMLIMIT="+env, func(t *testing.T) {
+			debug.SetMemoryLimit(math.MaxInt64)
+			// t.Setenv restores the test process's own GOMEMLIMIT afterwards.
+			t.Setenv("GOMEMLIMIT", env)
+			if env == "" {
+				os.Unsetenv("GOMEMLIMIT")
+			}
+			f := newFixture(t)
+			f.cfg.LocalAPIServer = f.cfg.APIServers[0]
+			f.cfg.BindAddress = ""
+			s, cancel, served := f.serve(t)
+			eventually(t, "ready", s.Ready)
+			want := int64(DefaultNodeLocalGoMemoryLimitBytes)
+			if env != "" {
+				want = math.MaxInt64
+			}
+			if got := debug.SetMemoryLimit(-1); got != want {
+				t.Errorf("memory limit once ready: %d; want %d", got, want)
+			}
+			cancel()
+			f.release()
+			if err := <-served; err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/host/internal/controller"
 	pluginconfig "github.com/skewgate/skewgate/plugin/config"
 )
 
@@ -24,36 +25,18 @@ func (s *Server) checkModuleSchemas() error {
 	if err != nil {
 		return fmt.Errorf("--wasm %s: %w", s.cfg.WasmPath, err)
 	}
-	s.noteOlderModule("the plugin module (--wasm)", own)
-	if s.cfg.EnvoyECDSFile == "" && s.cfg.XDSBindAddress == "" {
-		if s.cfg.EnvoyWasmSchemaVersion != "" {
-			return fmt.Errorf("--envoy-wasm-schema-version needs --envoy-ecds-file or --xds-bind-address: it describes the module the Envoys load")
-		}
+	controller.NoteOlderModule(s.log, "the plugin module (--wasm)", own)
+	if s.cfg.EnvoyECDSFile == "" {
 		return nil
 	}
 	envoy := own
 	if s.cfg.EnvoyWasmSchemaVersion != "" {
-		envoy, err = discovery.ParseSchemaVersion(s.cfg.EnvoyWasmSchemaVersion)
-		if err == nil {
-			err = pluginconfig.CheckModuleSchema(envoy)
-		}
-		if err != nil {
-			return fmt.Errorf("--envoy-wasm-schema-version %q: %w", s.cfg.EnvoyWasmSchemaVersion, err)
-		}
+		// Config.validate checked it.
+		envoy, _ = discovery.ParseSchemaVersion(s.cfg.EnvoyWasmSchemaVersion)
 	} else if wasm, err := filepath.Abs(s.cfg.WasmPath); err != nil || wasm != s.cfg.EnvoyWasmPath {
 		s.log.Info("the Envoys' plugin module is taken to implement the schema version the --wasm module announces; give --envoy-wasm-schema-version when they run another build",
 			"envoy_wasm_path", s.cfg.EnvoyWasmPath, "schema_version", own.String())
 	}
-	s.noteOlderModule("the Envoys' plugin module", envoy)
+	controller.NoteOlderModule(s.log, "the Envoys' plugin module", envoy)
 	return nil
-}
-
-// noteOlderModule says, once, what a module of an older minor version than
-// the configurations this build writes leaves out.
-func (s *Server) noteOlderModule(which string, module discovery.SchemaVersion) {
-	if !module.Less(discovery.CurrentSchema()) {
-		return
-	}
-	s.log.Warn(which+" implements an older schema version than the configurations this controller writes: it accepts them, ignores the fields it does not know, counts them in skewgate_configuration_ignored_fields_total and routes as its version does until it is upgraded",
-		"module_schema_version", module.String(), "configuration_schema_version", discovery.CurrentSchema().String())
 }

@@ -59,7 +59,7 @@ func TestEnvoyModuleSchemaVersionFlag(t *testing.T) {
 	}{
 		{"another major", "2.0", false, `--envoy-wasm-schema-version "2.0": the module implements schema 2.0`},
 		{"not a version", "v1", false, `--envoy-wasm-schema-version "v1": must be "MAJOR.MINOR"`},
-		{"without Envoys", "1.0", true, "--envoy-wasm-schema-version needs --envoy-ecds-file or --xds-bind-address"},
+		{"without Envoys", "1.0", true, "--envoy-wasm-schema-version needs --envoy-ecds-file"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFixture(t)

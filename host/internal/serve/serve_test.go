@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -131,6 +132,10 @@ func newFixture(t *testing.T) *fixture {
 	if _, err := os.Stat(builtPlugin); err != nil {
 		t.Fatalf("the built plugin is missing: run `make build` first (%v)", err)
 	}
+	// A node-local Server limits the process's Go memory once ready; the
+	// tests after it run without that limit.
+	memoryLimit := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(memoryLimit) })
 	dir := t.TempDir()
 	ca, err := devpki.NewCA("test-ca")
 	if err != nil {
@@ -166,24 +171,23 @@ func newFixture(t *testing.T) *fixture {
 		f.servers = append(f.servers, s)
 		urls = append(urls, srv.URL)
 	}
-	f.cfg = Config{
-		BindAddress:         "127.0.0.1",
-		SecurePort:          freePort(t),
-		TLSCertFile:         gatewayCert,
-		TLSPrivateKeyFile:   gatewayKey,
-		PeerCAFile:          caFile,
-		ProxyClientCertFile: proxyCert,
-		ProxyClientKeyFile:  proxyKey,
-		APIServers:          urls,
-		MetricsBindAddress:  "127.0.0.1:0",
-		WasmPath:            builtPlugin,
-		EnvoyECDSFile:       filepath.Join(dir, "skewgate.yaml"),
-		PollInterval:        100 * time.Millisecond,
-		Instances:           1,
-		CompilationCacheDir: filepath.Join(dir, "wazero"),
-		ShutdownTimeout:     10 * time.Second,
-		Logger:              slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
+	f.cfg = NewConfig()
+	f.cfg.BindAddress = "127.0.0.1"
+	f.cfg.SecurePort = freePort(t)
+	f.cfg.TLSCertFile = gatewayCert
+	f.cfg.TLSPrivateKeyFile = gatewayKey
+	f.cfg.PeerCAFile = caFile
+	f.cfg.ProxyClientCertFile = proxyCert
+	f.cfg.ProxyClientKeyFile = proxyKey
+	f.cfg.APIServers = urls
+	f.cfg.MetricsBindAddress = "127.0.0.1:0"
+	f.cfg.WasmPath = builtPlugin
+	f.cfg.EnvoyECDSFile = filepath.Join(dir, "skewgate.yaml")
+	f.cfg.PollInterval = 100 * time.Millisecond
+	f.cfg.Instances = 1
+	f.cfg.CompilationCacheDir = filepath.Join(dir, "wazero")
+	f.cfg.ShutdownTimeout = 10 * time.Second
+	f.cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	return f
 }
 
@@ -405,7 +409,9 @@ func TestServeFollowsSnapshotsAndDrainsOnShutdown(t *testing.T) {
 }
 
 func TestConfigMistakesNameTheFlag(t *testing.T) {
-	base := Config{TLSCertFile: "c", TLSPrivateKeyFile: "k", PeerCAFile: "ca", APIServers: []string{"https://10.0.0.1:6443"}, Kubeconfig: "kubeconfig", WasmPath: "x.wasm"}
+	base := NewConfig()
+	base.TLSCertFile, base.TLSPrivateKeyFile, base.PeerCAFile = "c", "k", "ca"
+	base.APIServers, base.Kubeconfig, base.WasmPath = []string{"https://10.0.0.1:6443"}, "kubeconfig", "x.wasm"
 	for _, tc := range []struct {
 		name   string
 		modify func(*Config)
@@ -432,7 +438,7 @@ func TestConfigMistakesNameTheFlag(t *testing.T) {
 		}, "--client-ca-file"},
 		{"unknown identity mode", func(c *Config) { c.IdentityMode = "trust-me" }, "--identity-mode"},
 		{"half a proxy key pair", func(c *Config) { c.ProxyClientCertFile = "p" }, "--proxy-client-key-file"},
-		{"missing module", func(c *Config) {}, "plugin module"},
+		{"missing module", func(c *Config) {}, "--wasm: open x.wasm"},
 		{"node-local on a public address", func(c *Config) { c.LocalAPIServer, c.BindAddress = "https://10.0.0.1:6443", "0.0.0.0" }, "--bind-address 0.0.0.0: node-local mode"},
 		{"node-local with a host name", func(c *Config) { c.LocalAPIServer, c.BindAddress = "https://10.0.0.1:6443", "localhost" }, "--bind-address localhost: node-local mode"},
 		{"metrics address without a port", func(c *Config) { c.MetricsBindAddress = "127.0.0.1" }, "--metrics-bind-address"},

@@ -236,9 +236,6 @@ func TestConfigureRejectedByOneInstanceKeepsThePreviousConfigurationEverywhere(t
 			t.Fatalf("instance %d keeps %d root contexts; the staged root must be shut down", i, roots)
 		}
 	}
-	if !strings.Contains(prometheusText(t, h), "skewgate_wasm_configuration_rejections_total 1\n") {
-		t.Fatal("rejection not counted")
-	}
 
 	if err := h.Configure(ctx, []byte("cluster=green")); err != nil {
 		t.Fatal(err)

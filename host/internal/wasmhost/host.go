@@ -432,7 +432,6 @@ func (h *Host) Configure(ctx context.Context, configuration []byte) error {
 		s.mu.Unlock()
 		if err != nil {
 			h.discard(staged)
-			h.counters.configRejections.Add(1)
 			h.logger.Warn("plugin configuration rejected", "plugin", h.opts.PluginName, "error", err)
 			return err
 		}

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 type metricKind uint32
@@ -150,7 +152,7 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		written[name] = true
-		desc := prometheus.NewDesc(name, "Plugin metric "+strconv.Quote(m.name)+".", nil, nil)
+		desc := prometheus.NewDesc(name, pluginMetricHelp(m.name), nil, nil)
 		switch m.kind {
 		case metricCounter:
 			ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(m.counterTotal()))
@@ -168,13 +170,21 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// pluginMetricHelp is the help of the plugin's metric name: its definition's,
+// or, for a metric skewgate does not define, its name.
+func pluginMetricHelp(name string) string {
+	if def, ok := metricdef.Lookup(name); ok && def.Exporter == metricdef.Plugin {
+		return def.Help
+	}
+	return "Plugin metric " + strconv.Quote(name) + "."
+}
+
 // hostCounters are the host's own metrics.
 type hostCounters struct {
 	traps                atomic.Uint64
 	recreations          atomic.Uint64
 	recreationFailures   atomic.Uint64
 	crashLoopBackoffs    atomic.Uint64
-	configRejections     atomic.Uint64
 	failedRequests       atomic.Uint64
 	poolWaits            atomic.Uint64
 	poolWaitNanos        atomic.Uint64
@@ -194,40 +204,30 @@ type hostMetric struct {
 	value func(*hostCounters) float64
 }
 
-func hostCounter(name, help string, counter func(*hostCounters) *atomic.Uint64) hostMetric {
-	return hostMetric{name, prometheus.NewDesc(name, help, nil, nil), prometheus.CounterValue,
-		func(c *hostCounters) float64 { return float64(counter(c).Load()) }}
+func newHostMetric(def *metricdef.Metric, value func(*hostCounters) float64) hostMetric {
+	kind := prometheus.CounterValue
+	if def.Type == metricdef.Gauge {
+		kind = prometheus.GaugeValue
+	}
+	return hostMetric{def.Name, prometheus.NewDesc(def.Name, def.Help, nil, nil), kind, value}
+}
+
+func hostCounter(def *metricdef.Metric, counter func(*hostCounters) *atomic.Uint64) hostMetric {
+	return newHostMetric(def, func(c *hostCounters) float64 { return float64(counter(c).Load()) })
 }
 
 var hostMetrics = []hostMetric{
-	hostCounter("skewgate_wasm_traps_total", "Plugin calls that trapped; the instance is recreated.",
-		func(c *hostCounters) *atomic.Uint64 { return &c.traps }),
-	hostCounter("skewgate_wasm_instance_recreations_total", "Instances recreated after a trap.",
-		func(c *hostCounters) *atomic.Uint64 { return &c.recreations }),
-	hostCounter("skewgate_wasm_instance_recreation_failures_total", "Attempts to recreate an instance that failed; retried with backoff.",
-		func(c *hostCounters) *atomic.Uint64 { return &c.recreationFailures }),
-	hostCounter("skewgate_wasm_crash_loop_backoffs_total", "Recreations delayed beyond the first because the instance kept trapping.",
-		func(c *hostCounters) *atomic.Uint64 { return &c.crashLoopBackoffs }),
-	hostCounter("skewgate_wasm_configurations_applied_total", "Plugin configurations every instance accepted.",
-		func(c *hostCounters) *atomic.Uint64 { return &c.configurationApplied }),
-	hostCounter("skewgate_wasm_configuration_rejections_total", "Plugin configurations an instance rejected; the previous one stays.",
-		func(c *hostCounters) *atomic.Uint64 { return &c.configRejections }),
-	hostCounter("skewgate_wasm_failed_requests_total", "Requests the plugin could not process, answered by the failure policy.",
-		func(c *hostCounters) *atomic.Uint64 { return &c.failedRequests }),
-	hostCounter("skewgate_wasm_pool_waits_total", "Requests that waited for a free instance.",
-		func(c *hostCounters) *atomic.Uint64 { return &c.poolWaits }),
-	{"skewgate_wasm_pool_wait_seconds_total",
-		prometheus.NewDesc("skewgate_wasm_pool_wait_seconds_total", "Time requests spent waiting for a free instance.", nil, nil),
-		prometheus.CounterValue, func(c *hostCounters) float64 { return float64(c.poolWaitNanos.Load()) / 1e9 }},
-	hostCounter("skewgate_wasm_pool_timeouts_total", "Requests that found no free instance within the pool timeout.",
-		func(c *hostCounters) *atomic.Uint64 { return &c.poolTimeouts }),
-	hostCounter("skewgate_wasm_http_calls_total", "HTTP calls the plugin dispatched.",
-		func(c *hostCounters) *atomic.Uint64 { return &c.httpCalls }),
-	hostCounter("skewgate_wasm_http_call_failures_total", "HTTP calls delivered to the plugin without a response (error or timeout).",
-		func(c *hostCounters) *atomic.Uint64 { return &c.httpCallFailures }),
-	hostCounter("skewgate_wasm_http_calls_cancelled_total", "HTTP calls abandoned because their stream ended first.",
-		func(c *hostCounters) *atomic.Uint64 { return &c.httpCallsCancelled }),
-	{"skewgate_wasm_instances_live",
-		prometheus.NewDesc("skewgate_wasm_instances_live", "Instances running; fewer than configured while trapped ones are recreated.", nil, nil),
-		prometheus.GaugeValue, func(c *hostCounters) float64 { return float64(c.liveInstances.Load()) }},
+	hostCounter(&metricdef.WasmTraps, func(c *hostCounters) *atomic.Uint64 { return &c.traps }),
+	hostCounter(&metricdef.WasmInstanceRecreations, func(c *hostCounters) *atomic.Uint64 { return &c.recreations }),
+	hostCounter(&metricdef.WasmInstanceRecreationFailures, func(c *hostCounters) *atomic.Uint64 { return &c.recreationFailures }),
+	hostCounter(&metricdef.WasmCrashLoopBackoffs, func(c *hostCounters) *atomic.Uint64 { return &c.crashLoopBackoffs }),
+	hostCounter(&metricdef.WasmConfigurationsApplied, func(c *hostCounters) *atomic.Uint64 { return &c.configurationApplied }),
+	hostCounter(&metricdef.WasmFailedRequests, func(c *hostCounters) *atomic.Uint64 { return &c.failedRequests }),
+	hostCounter(&metricdef.WasmPoolWaits, func(c *hostCounters) *atomic.Uint64 { return &c.poolWaits }),
+	newHostMetric(&metricdef.WasmPoolWaitSeconds, func(c *hostCounters) float64 { return float64(c.poolWaitNanos.Load()) / 1e9 }),
+	hostCounter(&metricdef.WasmPoolTimeouts, func(c *hostCounters) *atomic.Uint64 { return &c.poolTimeouts }),
+	hostCounter(&metricdef.WasmHTTPCalls, func(c *hostCounters) *atomic.Uint64 { return &c.httpCalls }),
+	hostCounter(&metricdef.WasmHTTPCallFailures, func(c *hostCounters) *atomic.Uint64 { return &c.httpCallFailures }),
+	hostCounter(&metricdef.WasmHTTPCallsCancelled, func(c *hostCounters) *atomic.Uint64 { return &c.httpCallsCancelled }),
+	newHostMetric(&metricdef.WasmInstancesLive, func(c *hostCounters) float64 { return float64(c.liveInstances.Load()) }),
 }

@@ -5,7 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/skewgate/skewgate/host/internal/metricstest"
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 // WritePrometheus writes the host's metrics in the text format, as /metrics
@@ -47,5 +50,25 @@ func TestPluginMetricsThatCollideAreSentOnce(t *testing.T) {
 	}
 	if n := strings.Count(out, "\nrequests_total "); n != 1 {
 		t.Errorf("requests_total sent %d times:\n%s", n, out)
+	}
+}
+
+// The host's own metrics and the plugin's, named as metricdef defines them,
+// are exported as defined: a plugin metric takes its definition's help.
+func TestHostAndPluginMetricsAreExportedAsDefined(t *testing.T) {
+	h := &Host{metrics: newMetricRegistry(1)}
+	h.metrics.lookup(h.metrics.define(metricCounter, metricdef.PluginReroutedRequests.Name)).cells[0].value.Add(1)
+	h.metrics.define(metricGauge, metricdef.PluginSnapshotGeneration.Name)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(h)
+	if err := metricstest.Defined(reg); err != nil {
+		t.Error(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(hostMetrics) + 2; len(families) != want {
+		t.Errorf("%d metrics exported; want %d", len(families), want)
 	}
 }

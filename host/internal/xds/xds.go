@@ -40,6 +40,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"sigs.k8s.io/yaml"
+
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 // fleetKey is the snapshot cache's one node key: every Envoy in front of the
@@ -252,16 +254,17 @@ func ParseExtensionConfig(doc []byte) (*corev3.TypedExtensionConfig, error) {
 }
 
 var (
-	streamsDesc     = prometheus.NewDesc("skewgate_xds_streams", "Open xDS streams.", nil, nil)
-	pushesDesc      = prometheus.NewDesc("skewgate_xds_pushes_total", "Plugin configurations sent to Envoys.", nil, nil)
-	acksDesc        = prometheus.NewDesc("skewgate_xds_acks_total", "Plugin configurations Envoys accepted.", nil, nil)
-	nacksDesc       = prometheus.NewDesc("skewgate_xds_nacks_total", "Plugin configurations Envoys rejected; each kept the one it had.", nil, nil)
-	versionInfoDesc = prometheus.NewDesc("skewgate_xds_version_info",
-		"The version served: replicas given the same snapshot serve the same one.", []string{"version"}, nil)
-	refusedDesc = prometheus.NewDesc("skewgate_xds_refused_streams_total",
-		"Streams refused or ended by a limit, by reason: client_stream_limit, server_stream_limit, request_too_large, node_id_too_long, unserved_request.",
-		[]string{"reason"}, nil)
+	streamsDesc     = newDesc(&metricdef.XDSStreams)
+	pushesDesc      = newDesc(&metricdef.XDSPushes)
+	acksDesc        = newDesc(&metricdef.XDSAcks)
+	nacksDesc       = newDesc(&metricdef.XDSNacks)
+	versionInfoDesc = newDesc(&metricdef.XDSVersionInfo)
+	refusedDesc     = newDesc(&metricdef.XDSRefusedStreams)
 )
+
+func newDesc(def *metricdef.Metric) *prometheus.Desc {
+	return prometheus.NewDesc(def.Name, def.Help, def.Labels, nil)
+}
 
 // Describe and Collect make the Server the prometheus.Collector of its
 // metrics.

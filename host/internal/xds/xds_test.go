@@ -17,6 +17,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	extensionv3 "github.com/envoyproxy/go-control-plane/envoy/service/extension/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -26,6 +27,7 @@ import (
 	"github.com/skewgate/skewgate/host/internal/envoyconfig"
 	"github.com/skewgate/skewgate/host/internal/logtest"
 	"github.com/skewgate/skewgate/host/internal/metricstest"
+	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
 const (
@@ -690,5 +692,32 @@ func benchmarkFanOut(b *testing.B, subscribers, size int) {
 		b.StopTimer()
 		waitForWatches(b, s, subscribers)
 		b.StartTimer()
+	}
+}
+
+// The server exports its metrics as metricdef defines them, and every one
+// defined as the xDS server's.
+func TestTheServerExportsItsMetricsAsDefined(t *testing.T) {
+	s := startServer(t, newPKI(t))
+	publish(t, s, 1)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(s.Server)
+	if err := metricstest.Defined(reg); err != nil {
+		t.Error(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]bool{}
+	for _, mf := range families {
+		served[mf.GetName()] = true
+	}
+	for _, def := range metricdef.All {
+		// The refusals are counted by reason once one happened, the failed
+		// publishes by the command that publishes.
+		if def.Exporter == metricdef.XDS && def != &metricdef.XDSRefusedStreams && def != &metricdef.XDSPublishFailures && !served[def.Name] {
+			t.Errorf("%s is defined but not exported", def.Name)
+		}
 	}
 }

@@ -137,38 +137,60 @@ func (n *Network) DialContext(ctx context.Context, network, address string) (net
 		ip = named
 	}
 	target := net.JoinHostPort(ip.String(), port)
+	var conn net.Conn
+	err = n.inNamespace(func() error {
+		var d net.Dialer
+		var err error
+		conn, err = d.DialContext(ctx, network, target)
+		return err
+	})
+	return conn, err
+}
 
-	type result struct {
-		conn net.Conn
-		err  error
-	}
-	done := make(chan result, 1)
+// BridgeAddress is the bridge's own address on the nodes' network: where Listen listens and
+// DialContext connects from.
+func (n *Network) BridgeAddress() netip.Addr { return n.bridgeIP }
+
+// Listen listens on TCP port at the bridge's own address, inside the bridge's namespace, where
+// every node reaches it: the place of a load balancer in front of the nodes. The listener stays
+// in that namespace whichever thread accepts on it.
+func (n *Network) Listen(port int) (net.Listener, error) {
+	var ln net.Listener
+	err := n.inNamespace(func() error {
+		var err error
+		ln, err = net.Listen("tcp", net.JoinHostPort(n.bridgeIP.String(), strconv.Itoa(port)))
+		return err
+	})
+	return ln, err
+}
+
+// inNamespace runs create, which makes sockets, in the bridge's network namespace. A socket
+// belongs to the network namespace of the thread that creates it, so create runs on a goroutine
+// that keeps its thread while in the bridge's namespace. A thread that cannot return to the
+// machine's namespace stays locked and ends with the goroutine.
+func (n *Network) inNamespace(create func() error) error {
+	done := make(chan error, 1)
 	go func() {
-		// A socket belongs to the network namespace of the thread that creates it, so this
-		// goroutine keeps its thread while in the bridge's namespace. A thread that cannot
-		// return to the machine's namespace stays locked and ends with the goroutine.
 		runtime.LockOSThread()
 		ours, err := os.Open("/proc/thread-self/ns/net")
 		if err != nil {
 			runtime.UnlockOSThread()
-			done <- result{err: err}
+			done <- err
 			return
 		}
 		defer ours.Close()
 		if err := unix.Setns(int(n.namespace.Fd()), unix.CLONE_NEWNET); err != nil {
 			runtime.UnlockOSThread()
-			done <- result{err: fmt.Errorf("entering the bridge's network namespace: %w", err)}
+			done <- fmt.Errorf("entering the bridge's network namespace: %w", err)
 			return
 		}
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, network, target)
+		err = create()
 		if unix.Setns(int(ours.Fd()), unix.CLONE_NEWNET) == nil {
 			runtime.UnlockOSThread()
 		}
-		done <- result{conn, err}
+		done <- err
 	}()
-	r := <-done
-	return r.conn, r.err
+	return <-done
 }
 
 func (n *Network) close() {

@@ -161,7 +161,10 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	case "gc":
 		return h.gcStress()
 	case "sleep":
-		time.Sleep(time.Millisecond)
+		// Long enough that the runtime still has to wait when it first looks
+		// at its timers, even on a loaded machine: only then does it call
+		// poll_oneoff.
+		time.Sleep(100 * time.Millisecond)
 		return types.ActionContinue
 	case "spin":
 		for spins = 0; spins >= 0; spins++ {

@@ -1,0 +1,287 @@
+package serve
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/host/internal/cmdline"
+	"github.com/skewgate/skewgate/host/internal/envoyconfig"
+	"github.com/skewgate/skewgate/host/internal/gateway"
+	pluginconfig "github.com/skewgate/skewgate/plugin/config"
+)
+
+// Identity modes (--identity-mode), as the plugin configuration defines them.
+const (
+	IdentityPassthrough = string(pluginconfig.IdentityPassthrough)
+	IdentityFrontProxy  = string(pluginconfig.IdentityFrontProxy)
+)
+
+// Defaults of the options only serve has.
+const (
+	DefaultMetricsBindAddress = "127.0.0.1:9090"
+	DefaultShutdownTimeout    = 30 * time.Second
+	// DefaultNodeLocalGoMemoryLimitBytes is --go-memory-limit-bytes in
+	// node-local mode: with the binary's pages and the compiled plugin code
+	// (about 25 MiB outside the Go heap), a node-local gateway stays inside
+	// 64 MiB resident under load; its live heap is about 20 MiB.
+	DefaultNodeLocalGoMemoryLimitBytes = 32 << 20
+)
+
+// Config is everything `skewgate serve` is told on its command line: NewConfig
+// holds the defaults, AddFlags registers every field as its flag, and New
+// validates it, naming the flag of every mistake. The embedded option groups
+// are the ones other commands share (package cmdline).
+type Config struct {
+	// ServingOptions are the gateway's listener. The certificate, key and CA
+	// files of every group are read again every certfile.DefaultInterval and
+	// their changes used without a restart.
+	cmdline.ServingOptions
+	cmdline.UpstreamOptions
+	cmdline.ControllerOptions
+	// PluginOptions go into the plugin configuration and the gateway alike.
+	cmdline.PluginOptions
+
+	// LocalAPIServer, when set, is the node's own API server (node-local
+	// mode): it takes every request it can serve while it is healthy.
+	LocalAPIServer string
+	// MetricsBindAddress is host:port for the plain-HTTP metrics and status
+	// listener.
+	MetricsBindAddress string
+	// Profiling serves Go's profiles under /debug/pprof/ on the metrics
+	// listener.
+	Profiling bool
+	// EnvoyECDSFile, when set, receives the plugin configuration of every
+	// accepted snapshot as an Envoy ECDS resource, naming EnvoyWasmPath.
+	EnvoyECDSFile, EnvoyWasmPath string
+	// EnvoyWasmSchemaVersion is the schema version the module the Envoys
+	// load announces, when it is not the one WasmPath names
+	// (checkModuleSchemas).
+	EnvoyWasmSchemaVersion string
+	// WasmPath is the plugin module; empty: DefaultWasmPath.
+	WasmPath string
+	// PluginCallTimeout, when set, bounds one plugin callback: an overrunning
+	// VM is closed and replaced. Zero leaves callbacks unbounded, as Envoy
+	// does: interrupting compiled guest code makes every call 1.4–1.9 times as
+	// costly.
+	PluginCallTimeout time.Duration
+	// RequestTimeout bounds a request that is not long-running
+	// (kube-apiserver's --request-timeout), and every request's wait for its
+	// buffered body. A request waits for a plugin VM at most a quarter of
+	// it, as kube-apiserver's priority and fairness queues a request at most
+	// a quarter of its timeout.
+	RequestTimeout time.Duration
+	// MaxRequestsInFlight and MaxMutatingRequestsInFlight bound the requests
+	// that are not long-running proxied at once (kube-apiserver's flags of
+	// the same names); zero: no limit.
+	MaxRequestsInFlight, MaxMutatingRequestsInFlight int
+	// MaxBufferedRequestBytes and MaxBufferedRequestBytesPerClient bound the
+	// request bodies held for retries, in all and per source address.
+	MaxBufferedRequestBytes, MaxBufferedRequestBytesPerClient int64
+	// Instances is the number of plugin VMs; zero: GOMAXPROCS, and 1 in
+	// node-local mode, whose clients are one node's control-plane components.
+	Instances           int
+	CompilationCacheDir string
+	// GoMemoryLimitBytes, when set, is the Go runtime's soft memory limit
+	// (runtime/debug.SetMemoryLimit) from the moment the plugin is compiled:
+	// compiling churns through about a hundred MiB, which a limit from the
+	// start would turn into back-to-back collections. A GOMEMLIMIT in the
+	// environment wins. Zero: DefaultNodeLocalGoMemoryLimitBytes in
+	// node-local mode, no limit otherwise.
+	GoMemoryLimitBytes int64
+	// ShutdownDelay is how long both listeners keep serving, with /readyz
+	// failing, once shutdown begins, so that load balancers stop sending
+	// before the gateway stops accepting (kube-apiserver's
+	// --shutdown-delay-duration). ShutdownTimeout then bounds the drain.
+	ShutdownDelay   time.Duration
+	ShutdownTimeout time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// NewConfig is the configuration of `skewgate serve` without flags.
+func NewConfig() Config {
+	return Config{
+		ServingOptions:    cmdline.NewServingOptions(),
+		ControllerOptions: cmdline.NewControllerOptions(),
+		PluginOptions:     cmdline.NewPluginOptions(),
+
+		MetricsBindAddress:               DefaultMetricsBindAddress,
+		RequestTimeout:                   gateway.DefaultRequestTimeout,
+		MaxRequestsInFlight:              gateway.DefaultMaxRequestsInFlight,
+		MaxMutatingRequestsInFlight:      gateway.DefaultMaxMutatingRequestsInFlight,
+		MaxBufferedRequestBytes:          gateway.DefaultMaxBufferedRequestBytes,
+		MaxBufferedRequestBytesPerClient: gateway.DefaultMaxBufferedRequestBytesPerClient,
+		ShutdownTimeout:                  DefaultShutdownTimeout,
+	}
+}
+
+// AddFlags registers every field but Logger as its flag, defaulting to its
+// current value. Flag names follow kube-apiserver's where the meaning is the
+// same.
+func (c *Config) AddFlags(fs *pflag.FlagSet) {
+	c.ServingOptions.AddFlags(fs)
+	c.UpstreamOptions.AddFlags(fs)
+	c.ControllerOptions.AddFlags(fs)
+	c.PluginOptions.AddFlags(fs)
+	fs.StringVar(&c.LocalAPIServer, "local-apiserver", c.LocalAPIServer, "node-local mode: URL of this node's own API server, which takes every request it can serve while it is healthy")
+	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "host:port for /metrics, /healthz, /readyz, /debug/snapshot, /debug/requests and the status page (plain HTTP)")
+	fs.BoolVar(&c.Profiling, "profiling", c.Profiling, "serve Go's CPU, heap, allocation and goroutine profiles under /debug/pprof/ on the metrics listener")
+	fs.StringVar(&c.EnvoyECDSFile, "envoy-ecds-file", c.EnvoyECDSFile, "also write every accepted plugin configuration to this Envoy ECDS file (atomically)")
+	fs.StringVar(&c.EnvoyWasmPath, "envoy-wasm-path", c.EnvoyWasmPath, "plugin module path Envoy loads, written into the ECDS file (default: the absolute --wasm path)")
+	fs.StringVar(&c.EnvoyWasmSchemaVersion, "envoy-wasm-schema-version", c.EnvoyWasmSchemaVersion, "schema version MAJOR.MINOR the plugin module of the Envoy reading --envoy-ecds-file announces (its skewgate_schema_version_MAJOR_MINOR export), when it is another build than --wasm; the controller refuses to start when that module would refuse its configurations")
+	fs.StringVar(&c.WasmPath, "wasm", c.WasmPath, "plugin module (default: skewgate.wasm next to the binary, ../build/skewgate.wasm from it, or build/skewgate.wasm)")
+	fs.IntVar(&c.Instances, "instances", c.Instances, "plugin VM instances (default: GOMAXPROCS; 1 in node-local mode)")
+	fs.StringVar(&c.CompilationCacheDir, "compilation-cache-dir", c.CompilationCacheDir, "directory caching the compiled plugin across restarts")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "longest a request that is not long-running (not a watch, exec, attach, port-forward, proxy or log) may take, and any request's buffered body may take to arrive; later it is answered 504. A request waits for a plugin VM at most a quarter of it, then is answered 429")
+	fs.IntVar(&c.MaxRequestsInFlight, "max-requests-inflight", c.MaxRequestsInFlight, "most read-only requests (get, list) that are not long-running proxied at once; more are answered 429 with Retry-After (0: no limit)")
+	fs.IntVar(&c.MaxMutatingRequestsInFlight, "max-mutating-requests-inflight", c.MaxMutatingRequestsInFlight, "most mutating requests that are not long-running proxied at once; more are answered 429 with Retry-After (0: no limit)")
+	fs.Int64Var(&c.MaxBufferedRequestBytes, "max-buffered-request-bytes", c.MaxBufferedRequestBytes, "most bytes of request bodies (each at most 1 MiB) held in memory so that their requests can be retried on another API server; beyond it bodies stream and are not retried")
+	fs.Int64Var(&c.MaxBufferedRequestBytesPerClient, "max-buffered-request-bytes-per-client", c.MaxBufferedRequestBytesPerClient, "the share of --max-buffered-request-bytes one client (source address) may hold")
+	fs.DurationVar(&c.PluginCallTimeout, "plugin-call-timeout", c.PluginCallTimeout, "longest a plugin callback may run; an overrunning plugin VM is replaced. 0: unbounded, as in Envoy (a bound makes every callback interruptible, which makes it 1.4–1.9 times as costly)")
+	fs.Int64Var(&c.GoMemoryLimitBytes, "go-memory-limit-bytes", c.GoMemoryLimitBytes, "soft limit of the Go runtime's memory (as GOMEMLIMIT), set once the plugin is compiled, so that compiling stays fast; a GOMEMLIMIT in the environment wins (GOMEMLIMIT=off: no limit) (default: 32 MiB in node-local mode, none otherwise)")
+	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay-duration", c.ShutdownDelay, "after SIGTERM, how long /readyz fails while both listeners keep serving, so that load balancers move away before the gateway stops accepting")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long in-flight requests may finish once the listeners stop accepting; longer ones (watches) are then cut")
+}
+
+// complete fills in the defaults that depend on other fields, then validates.
+func (c Config) complete() (Config, error) {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	nodeLocal := c.LocalAPIServer != ""
+	var errs []error
+	switch {
+	case c.BindAddress == "" && nodeLocal:
+		c.BindAddress = cmdline.DefaultNodeLocalBindAddress
+	case c.BindAddress == "":
+		c.BindAddress = cmdline.DefaultBindAddress
+	case nodeLocal:
+		if ip, err := netip.ParseAddr(c.BindAddress); err != nil || !ip.IsLoopback() {
+			errs = append(errs, fmt.Errorf("--bind-address %s: node-local mode (--local-apiserver) listens on a loopback address only", c.BindAddress))
+		}
+	}
+	if c.Instances == 0 && nodeLocal {
+		c.Instances = 1
+	}
+	if c.GoMemoryLimitBytes == 0 && nodeLocal {
+		c.GoMemoryLimitBytes = DefaultNodeLocalGoMemoryLimitBytes
+	}
+	if c.WasmPath == "" {
+		path, err := DefaultWasmPath()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		c.WasmPath = path
+	}
+	if c.EnvoyECDSFile != "" && c.EnvoyWasmPath == "" {
+		abs, err := filepath.Abs(c.WasmPath)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--wasm: %w", err))
+		}
+		c.EnvoyWasmPath = abs
+	}
+	return c, errors.Join(append(errs, c.validate()...)...)
+}
+
+// validate reports every mistake, naming its flag.
+func (c *Config) validate() []error {
+	errs := c.ServingOptions.Validate(&c.PluginOptions)
+	errs = append(errs, c.UpstreamOptions.Validate(c.LocalAPIServer)...)
+	errs = append(errs, c.ControllerOptions.Validate(&c.UpstreamOptions, c.LocalAPIServer)...)
+	errs = append(errs, c.PluginOptions.Validate(&c.UpstreamOptions)...)
+	if _, _, err := net.SplitHostPort(c.MetricsBindAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--metrics-bind-address %q: must be host:port: %w", c.MetricsBindAddress, err))
+	}
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{
+		{"--plugin-call-timeout", c.PluginCallTimeout},
+		{"--request-timeout", c.RequestTimeout},
+		{"--shutdown-delay-duration", c.ShutdownDelay},
+		{"--shutdown-timeout", c.ShutdownTimeout},
+	} {
+		if d.value < 0 {
+			errs = append(errs, fmt.Errorf("%s %v: must not be negative", d.flag, d.value))
+		}
+	}
+	if c.GoMemoryLimitBytes < 0 {
+		errs = append(errs, fmt.Errorf("--go-memory-limit-bytes %d: must not be negative (0: none, or the node-local default)", c.GoMemoryLimitBytes))
+	}
+	if c.Instances < 0 {
+		errs = append(errs, fmt.Errorf("--instances %d: must not be negative (0: GOMAXPROCS)", c.Instances))
+	}
+	if c.CompilationCacheDir != "" {
+		if info, err := os.Stat(c.CompilationCacheDir); err == nil && !info.IsDir() {
+			errs = append(errs, fmt.Errorf("--compilation-cache-dir %s: not a directory", c.CompilationCacheDir))
+		}
+	}
+	errs = append(errs, c.checkLimits()...)
+	errs = append(errs, c.checkEnvoy()...)
+	files := append(c.ServingOptions.Files(), c.UpstreamOptions.Files()...)
+	files = append(files, c.ControllerOptions.Files()...)
+	files = append(files, cmdline.FileFlag{Flag: "wasm", Path: c.WasmPath})
+	return append(errs, cmdline.CheckReadable(files)...)
+}
+
+// checkLimits checks the in-flight limits and the body buffer budget.
+func (c *Config) checkLimits() []error {
+	var errs []error
+	for _, l := range []struct {
+		flag  string
+		value int
+	}{
+		{"--max-requests-inflight", c.MaxRequestsInFlight},
+		{"--max-mutating-requests-inflight", c.MaxMutatingRequestsInFlight},
+	} {
+		if l.value < 0 {
+			errs = append(errs, fmt.Errorf("%s %d: must not be negative (0: no limit)", l.flag, l.value))
+		}
+	}
+	switch {
+	case c.MaxBufferedRequestBytes <= 0:
+		errs = append(errs, fmt.Errorf("--max-buffered-request-bytes %d: must be positive", c.MaxBufferedRequestBytes))
+	case c.MaxBufferedRequestBytesPerClient <= 0 || c.MaxBufferedRequestBytesPerClient > c.MaxBufferedRequestBytes:
+		errs = append(errs, fmt.Errorf("--max-buffered-request-bytes-per-client %d: must be positive and at most --max-buffered-request-bytes (%d)",
+			c.MaxBufferedRequestBytesPerClient, c.MaxBufferedRequestBytes))
+	}
+	return errs
+}
+
+// checkEnvoy checks what serve tells the Envoys: the ECDS file, the module
+// path they load and its schema version.
+func (c *Config) checkEnvoy() []error {
+	var errs []error
+	if c.EnvoyECDSFile != "" {
+		if info, err := os.Stat(filepath.Dir(c.EnvoyECDSFile)); err != nil || !info.IsDir() {
+			errs = append(errs, fmt.Errorf("--envoy-ecds-file %s: its directory does not exist", c.EnvoyECDSFile))
+		}
+	}
+	if c.EnvoyWasmPath != "" {
+		if err := envoyconfig.CheckWasmPath(c.EnvoyWasmPath); err != nil {
+			errs = append(errs, fmt.Errorf("--envoy-wasm-path: %w", err))
+		}
+	}
+	if c.EnvoyWasmSchemaVersion != "" {
+		if c.EnvoyECDSFile == "" {
+			errs = append(errs, errors.New("--envoy-wasm-schema-version needs --envoy-ecds-file: it describes the module the Envoy reading it loads"))
+		}
+		envoy, err := discovery.ParseSchemaVersion(c.EnvoyWasmSchemaVersion)
+		if err == nil {
+			err = pluginconfig.CheckModuleSchema(envoy)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--envoy-wasm-schema-version %q: %w", c.EnvoyWasmSchemaVersion, err))
+		}
+	}
+	return errs
+}

@@ -1,0 +1,124 @@
+package rehearsal
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Counts are what a rehearsal measured: the harms the issue names, each counted once.
+type Counts struct {
+	// DependentsCreated and DependentsWronglyDeleted: dependents of owners that exist all along,
+	// and those of them the garbage collector deleted.
+	DependentsCreated        int
+	DependentsWronglyDeleted int
+	// ObjectsInDeletedNamespace is how many objects of the new kind were in the namespace when
+	// it was deleted; ObjectsLeftByNamespaceDeletion how many of them stayed in storage after
+	// the namespace was gone.
+	ObjectsInDeletedNamespace      int
+	ObjectsLeftByNamespaceDeletion int
+	// Requests is how many requests the client load sent through the endpoint; Failed counts
+	// the failed ones by status ("503", "connection" for no HTTP answer).
+	Requests int
+	Failed   map[string]int
+	// Allowed503 counts 503s with Retry-After while no server of the resource's version was up.
+	Allowed503 int
+	// False404 and False400 are answers that a server serving the request would not have given:
+	// not found for an object or resource that exists, bad request for a valid request.
+	False404 int
+	False400 int
+	// WatchInterruptions counts watches that ended before the load stopped them.
+	WatchInterruptions int
+	// PodsFailedToStart names each Pod that failed to start once, with why.
+	PodsFailedToStart map[string]string
+	// ServiceLinkFailures counts the Pods of PodsFailedToStart whose kubelet had not read the
+	// Services its service links need (kubernetes/kubernetes#127316).
+	ServiceLinkFailures int
+	// UpgradeWallTime is from the first kubeadm upgrade to the last node's uncordon.
+	UpgradeWallTime time.Duration
+}
+
+func (c Counts) String() string {
+	var failed []string
+	for _, k := range slices.Sorted(maps.Keys(c.Failed)) {
+		failed = append(failed, fmt.Sprintf("%s×%d", k, c.Failed[k]))
+	}
+	var pods []string
+	for _, k := range slices.Sorted(maps.Keys(c.PodsFailedToStart)) {
+		pods = append(pods, k+" ("+c.PodsFailedToStart[k]+")")
+	}
+	return fmt.Sprintf("dependents wrongly deleted %d of %d; objects left by namespace deletion %d of %d; "+
+		"client requests %d, failed %d [%s], 503 with Retry-After while no capable server %d; false 404s %d, false 400s %d; "+
+		"watch interruptions %d; pods failed to start %d (%d without the Services read) [%s]; upgrade wall time %s",
+		c.DependentsWronglyDeleted, c.DependentsCreated, c.ObjectsLeftByNamespaceDeletion, c.ObjectsInDeletedNamespace,
+		c.Requests, c.failedTotal(), strings.Join(failed, " "), c.Allowed503, c.False404, c.False400,
+		c.WatchInterruptions, len(c.PodsFailedToStart), c.ServiceLinkFailures, strings.Join(pods, ", "), c.UpgradeWallTime.Round(time.Second))
+}
+
+func (c Counts) failedTotal() int {
+	n := 0
+	for _, v := range c.Failed {
+		n += v
+	}
+	return n
+}
+
+// tally collects the client load's counts from its goroutines.
+type tally struct {
+	mu                 sync.Mutex
+	requests           int
+	failed             map[string]int
+	allowed503         int
+	false404, false400 int
+	watchInterruptions int
+	examples           map[string]string
+}
+
+func newTally() *tally { return &tally{failed: map[string]int{}, examples: map[string]string{}} }
+
+// request records one request's outcome: status 0 is no HTTP answer at all.
+func (t *tally) request(what string, status int, retryAfter, noCapableServer bool, detail string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.requests++
+	if status >= 200 && status < 300 {
+		return
+	}
+	if status == 503 && retryAfter && noCapableServer {
+		t.allowed503++
+		return
+	}
+	key := fmt.Sprint(status)
+	if status == 0 {
+		key = "connection"
+	}
+	t.failed[key]++
+	switch status {
+	case 404:
+		t.false404++
+	case 400:
+		t.false400++
+	}
+	if _, seen := t.examples[key]; !seen {
+		t.examples[key] = what + ": " + detail
+	}
+}
+
+func (t *tally) watchInterrupted() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.watchInterruptions++
+}
+
+func (t *tally) into(c *Counts) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c.Requests = t.requests
+	c.Failed = maps.Clone(t.failed)
+	c.Allowed503 = t.allowed503
+	c.False404, c.False400 = t.false404, t.false400
+	c.WatchInterruptions = t.watchInterruptions
+}

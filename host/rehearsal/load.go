@@ -1,0 +1,163 @@
+package rehearsal
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The bounded client load: a few clients in turn, each one request at a time with a pause
+// between, so that three API servers and etcd on a busy 2-core machine are not what fails.
+const (
+	loadPause          = 250 * time.Millisecond
+	loadRequestTimeout = 30 * time.Second
+	watchRetryPause    = time.Second
+)
+
+// resource is one resource the load and the workloads use, by its paths.
+type resource struct {
+	// collection is the path of its collection ("/api/v1/namespaces/NS/configmaps").
+	collection string
+	// new is true for a resource only the upgraded servers serve.
+	new bool
+	// object renders an object of the resource named name.
+	object func(name string) []byte
+}
+
+// endpointClient sends requests through the control-plane endpoint and records each outcome.
+type endpointClient struct {
+	http  *http.Client
+	base  string
+	tally *tally
+	// capable says whether a server able to serve a request on a new resource is up.
+	capable func(new bool) bool
+}
+
+type answer struct {
+	status int
+	body   []byte
+}
+
+// do sends one request and records it; status 0 is no HTTP answer. Every request the load
+// sends is valid and names what exists, on a resource some running server serves, so every 404
+// and 400 is a false one.
+func (c *endpointClient) do(parent context.Context, r resource, method, path string, body []byte) answer {
+	ctx, cancel := context.WithTimeout(parent, loadRequestTimeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		panic(err)
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if parent.Err() != nil {
+			return answer{}
+		}
+		c.tally.request(method+" "+path, 0, false, false, err.Error())
+		return answer{}
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	c.tally.request(method+" "+path, resp.StatusCode, resp.Header.Get("Retry-After") != "", !c.capable(r.new), firstLine(data))
+	return answer{status: resp.StatusCode, body: data}
+}
+
+func firstLine(b []byte) string {
+	s, _, _ := strings.Cut(string(b), "\n")
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
+}
+
+// cycle is one round of the load on r: create an object, read it back, list, delete it.
+func (c *endpointClient) cycle(ctx context.Context, r resource, name string) {
+	created := c.do(ctx, r, http.MethodPost, r.collection, r.object(name))
+	if ctx.Err() != nil {
+		return
+	}
+	if created.status == http.StatusCreated {
+		c.do(ctx, r, http.MethodGet, r.collection+"/"+name, nil)
+	}
+	c.do(ctx, r, http.MethodGet, r.collection+"?limit=20", nil)
+	if created.status == http.StatusCreated {
+		c.do(ctx, r, http.MethodDelete, r.collection+"/"+name, nil)
+	}
+}
+
+// runLoad runs the cycles over resources until ctx ends, one goroutine per resource.
+func (c *endpointClient) runLoad(ctx context.Context, wg *sync.WaitGroup, prefix string, resources ...resource) {
+	for i, r := range resources {
+		wg.Go(func() {
+			for n := 0; ctx.Err() == nil; n++ {
+				c.cycle(ctx, r, fmt.Sprintf("%s-%d-%d", prefix, i, n))
+				sleep(ctx, loadPause)
+			}
+		})
+	}
+}
+
+// watch keeps a watch on r's collection open until ctx ends, counting every end that ctx did
+// not cause as an interruption and starting again.
+func (c *endpointClient) watch(ctx context.Context, wg *sync.WaitGroup, r resource) {
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			c.watchOnce(ctx, r)
+			sleep(ctx, watchRetryPause)
+		}
+	})
+}
+
+func (c *endpointClient) watchOnce(ctx context.Context, r resource) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+r.collection+"?watch=1&timeoutSeconds=7200", nil)
+	if err != nil {
+		panic(err)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.tally.request("watch "+r.collection, 0, false, false, err.Error())
+		}
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		c.tally.request("watch "+r.collection, resp.StatusCode, resp.Header.Get("Retry-After") != "", !c.capable(r.new), firstLine(data))
+		return
+	}
+	c.tally.request("watch "+r.collection, resp.StatusCode, false, false, "")
+	scanner := bufio.NewScanner(resp.Body)
+	scanner.Buffer(make([]byte, 1<<20), 4<<20)
+	for scanner.Scan() {
+		if bytes.Contains(scanner.Bytes(), []byte(`"type":"ERROR"`)) {
+			break
+		}
+	}
+	if ctx.Err() == nil {
+		c.tally.watchInterrupted()
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,334 @@
+package rehearsal
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/skewgate/skewgate/host/testcluster"
+	"github.com/skewgate/skewgate/host/testcluster/kubenode"
+)
+
+// Health checking as kubeadm's high-availability guide configures HAProxy in front of the API
+// servers (httpchk, rise 2, fall 2), checked more often than its 10 s so that the baseline
+// notices a server going away as soon as a careful operator's load balancer would.
+const (
+	healthInterval = 2 * time.Second
+	healthTimeout  = 2 * time.Second
+	healthRise     = 2
+	healthFall     = 2
+)
+
+// RoundRobinProxy is the control-plane endpoint users have today: an L7 proxy that sends each
+// request to the next healthy API server in turn, knowing nothing about which server serves
+// what. It terminates TLS with the API server's certificate (its SANs include the endpoint's
+// name), verifies client certificates against the cluster CA and passes their identity on as
+// the API servers' front proxy (X-Remote-User, X-Remote-Group with kubeadm's front-proxy client
+// certificate); requests without a client certificate (bootstrap and service-account tokens,
+// anonymous discovery of cluster-info) go on with their own credentials. It verifies every API
+// server against the cluster CA.
+type RoundRobinProxy struct {
+	backends []*backend
+	next     atomic.Uint64
+	server   *http.Server
+	pki      *lazyPKI
+	dial     dialFunc
+	done     chan struct{}
+}
+
+type backend struct {
+	url     *url.URL
+	healthy atomic.Bool
+}
+
+// assertedKey marks a request going on with an identity the proxy asserts; noBackendKey one that
+// has no healthy server to go to.
+type (
+	assertedKey  struct{}
+	noBackendKey struct{}
+)
+
+// StartRoundRobinProxy serves on the bridge's address at the API server port, in front of the
+// nodes' API servers, reading the cluster's certificates from pkiNode once kubeadm has written
+// them. Close stops it.
+func StartRoundRobinProxy(network *kubenode.Network, pkiNode *kubenode.Node, nodes []*kubenode.Node, log testcluster.Logger) (*RoundRobinProxy, error) {
+	var backends []*url.URL
+	for _, n := range nodes {
+		backends = append(backends, &url.URL{Scheme: "https", Host: fmt.Sprintf("%s:%d", n.IP, kubenode.APIServerPort)})
+	}
+	ln, err := network.Listen(kubenode.APIServerPort)
+	if err != nil {
+		return nil, err
+	}
+	return serveRoundRobin(ln, network.DialContext, backends, pkiNode.HostPath, log), nil
+}
+
+// dialFunc connects to a backend.
+type dialFunc func(ctx context.Context, network, address string) (net.Conn, error)
+
+// serveRoundRobin serves the proxy on ln in front of backends, reached with dial, with the
+// kubeadm certificates found at hostPath("/etc/kubernetes/pki/…").
+func serveRoundRobin(ln net.Listener, dial dialFunc, backends []*url.URL, hostPath func(string) string, log testcluster.Logger) *RoundRobinProxy {
+	p := &RoundRobinProxy{pki: &lazyPKI{hostPath: hostPath}, done: make(chan struct{}), dial: dial}
+	for _, u := range backends {
+		p.backends = append(p.backends, &backend{url: u})
+	}
+	plain := p.transport(false)
+	asserting := p.transport(true)
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			b := p.pick()
+			if b == nil {
+				// The transport fails the request, and ReverseProxy answers 502.
+				pr.SetURL(p.backends[0].url)
+				pr.Out = pr.Out.WithContext(context.WithValue(pr.Out.Context(), noBackendKey{}, true))
+				return
+			}
+			pr.SetURL(b.url)
+			pr.Out.Host = pr.In.Host
+			for name := range pr.Out.Header {
+				if strings.HasPrefix(strings.ToLower(name), "x-remote-") {
+					pr.Out.Header.Del(name)
+				}
+			}
+			if pr.In.TLS != nil && len(pr.In.TLS.PeerCertificates) > 0 {
+				cert := pr.In.TLS.PeerCertificates[0]
+				pr.Out.Header.Set("X-Remote-User", cert.Subject.CommonName)
+				for _, o := range cert.Subject.Organization {
+					pr.Out.Header.Add("X-Remote-Group", o)
+				}
+				pr.Out = pr.Out.WithContext(context.WithValue(pr.Out.Context(), assertedKey{}, true))
+			}
+		},
+		Transport: roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Context().Value(noBackendKey{}) != nil {
+				return nil, errors.New("no healthy API server")
+			}
+			if r.Context().Value(assertedKey{}) != nil {
+				return asserting.RoundTrip(r)
+			}
+			return plain.RoundTrip(r)
+		}),
+		FlushInterval: -1,
+		ErrorLog:      log2(log),
+	}
+	protocols := &http.Protocols{}
+	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(true)
+	p.server = &http.Server{
+		Handler:   proxy,
+		Protocols: protocols,
+		TLSConfig: &tls.Config{
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return p.pki.serving() },
+			ClientAuth:     tls.RequestClientCert,
+			// Verified here because the cluster CA exists only once kubeadm init has written it.
+			VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error { return p.pki.verifyClient(raw) },
+		},
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          log2(log),
+	}
+	go p.server.ServeTLS(ln, "", "")
+	for _, b := range p.backends {
+		go p.check(b, plain)
+	}
+	return p
+}
+
+// log2 adapts the test's logger to the standard library's.
+func log2(l testcluster.Logger) *log.Logger {
+	return log.New(logWriter{l}, "round-robin proxy: ", 0)
+}
+
+type logWriter struct{ l testcluster.Logger }
+
+func (w logWriter) Write(b []byte) (int, error) {
+	w.l.Logf("%s", strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// pick returns the next healthy backend in turn, or nil if none is.
+func (p *RoundRobinProxy) pick() *backend {
+	for range p.backends {
+		b := p.backends[(p.next.Add(1)-1)%uint64(len(p.backends))]
+		if b.healthy.Load() {
+			return b
+		}
+	}
+	return nil
+}
+
+// transport reaches the API servers, verified against the cluster CA, with the front-proxy
+// client certificate if asserting.
+func (p *RoundRobinProxy) transport(asserting bool) *http.Transport {
+	protocols := &http.Protocols{}
+	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(true)
+	return &http.Transport{
+		Protocols:   protocols,
+		DialContext: p.dial,
+		TLSClientConfig: &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			// The CA and the front-proxy certificate appear only once kubeadm init wrote them.
+			InsecureSkipVerify: true,
+			VerifyConnection:   p.pki.verifyServer,
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+				if !asserting {
+					return &tls.Certificate{}, nil
+				}
+				return p.pki.frontProxyClient()
+			},
+		},
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     90 * time.Second,
+	}
+}
+
+// check marks b healthy after healthRise answers of /healthz in a row and unhealthy after
+// healthFall failures in a row, until the proxy closes.
+func (p *RoundRobinProxy) check(b *backend, t *http.Transport) {
+	client := &http.Client{Transport: t, Timeout: healthTimeout}
+	var ok, failed int
+	tick := time.NewTicker(healthInterval)
+	defer tick.Stop()
+	for {
+		resp, err := client.Get(b.url.String() + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		if err == nil && resp.StatusCode == http.StatusOK {
+			ok, failed = ok+1, 0
+			if ok >= healthRise {
+				b.healthy.Store(true)
+			}
+		} else {
+			ok, failed = 0, failed+1
+			if failed >= healthFall {
+				b.healthy.Store(false)
+			}
+		}
+		select {
+		case <-p.done:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// Close stops serving and health checking.
+func (p *RoundRobinProxy) Close() error {
+	close(p.done)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return p.server.Shutdown(ctx)
+}
+
+// lazyPKI reads the cluster's certificates from a control-plane node once kubeadm has written
+// them, and keeps them: the CA does not change during an upgrade, and the certificates kubeadm
+// renews stay valid.
+type lazyPKI struct {
+	hostPath func(string) string
+
+	mu         sync.Mutex
+	ca         *x509.CertPool
+	cert       *tls.Certificate
+	frontProxy *tls.Certificate
+}
+
+func (l *lazyPKI) load() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.frontProxy != nil {
+		return nil
+	}
+	caPEM, err := os.ReadFile(l.hostPath("/etc/kubernetes/pki/ca.crt"))
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return errors.New("no certificate in the cluster CA file")
+	}
+	cert, err := tls.LoadX509KeyPair(l.hostPath("/etc/kubernetes/pki/apiserver.crt"), l.hostPath("/etc/kubernetes/pki/apiserver.key"))
+	if err != nil {
+		return err
+	}
+	fp, err := tls.LoadX509KeyPair(l.hostPath("/etc/kubernetes/pki/front-proxy-client.crt"), l.hostPath("/etc/kubernetes/pki/front-proxy-client.key"))
+	if err != nil {
+		return err
+	}
+	l.ca, l.cert, l.frontProxy = pool, &cert, &fp
+	return nil
+}
+
+func (l *lazyPKI) serving() (*tls.Certificate, error) {
+	if err := l.load(); err != nil {
+		return nil, err
+	}
+	return l.cert, nil
+}
+
+func (l *lazyPKI) frontProxyClient() (*tls.Certificate, error) {
+	if err := l.load(); err != nil {
+		return nil, err
+	}
+	return l.frontProxy, nil
+}
+
+func (l *lazyPKI) verifyClient(raw [][]byte) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	if err := l.load(); err != nil {
+		return err
+	}
+	return verifyChain(raw, l.ca, "", x509.ExtKeyUsageClientAuth)
+}
+
+// verifyServer verifies an API server's certificate for the address dialled.
+func (l *lazyPKI) verifyServer(cs tls.ConnectionState) error {
+	if err := l.load(); err != nil {
+		return err
+	}
+	raw := make([][]byte, len(cs.PeerCertificates))
+	for i, c := range cs.PeerCertificates {
+		raw[i] = c.Raw
+	}
+	return verifyChain(raw, l.ca, cs.ServerName, x509.ExtKeyUsageServerAuth)
+}
+
+func verifyChain(raw [][]byte, roots *x509.CertPool, name string, usage x509.ExtKeyUsage) error {
+	if len(raw) == 0 {
+		return errors.New("no certificate")
+	}
+	certs := make([]*x509.Certificate, len(raw))
+	for i, r := range raw {
+		c, err := x509.ParseCertificate(r)
+		if err != nil {
+			return err
+		}
+		certs[i] = c
+	}
+	intermediates := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		intermediates.AddCert(c)
+	}
+	_, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: intermediates, DNSName: name, KeyUsages: []x509.ExtKeyUsage{usage}})
+	return err
+}
