@@ -6,7 +6,7 @@
 // A Cluster owns a Network, a bridge in a network namespace of its own with no uplink, and its
 // Nodes. Each node lives in its own mount, network and UTS namespaces, held open by a pause
 // process: bind mounts give it its own /etc/kubernetes, /var/lib/kubelet, /var/lib/etcd,
-// /var/log, /usr/libexec/kubernetes, /etc/hosts and /etc/resolv.conf, a tmpfs gives it its own
+// /var/log, /var/cache, /usr/libexec/kubernetes, /etc/hosts and /etc/resolv.conf, a tmpfs gives it its own
 // /run (containerd's state and socket, runc's state), and one veth gives it an address on the
 // bridge and no route anywhere else. Every process of a node (containerd, the kubelet, kubeadm,
 // kubectl, crictl) enters those namespaces with nsenter; the containers' processes share the

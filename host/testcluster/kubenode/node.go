@@ -21,7 +21,8 @@ import (
 // nodeMounts are the directories and files a node has of its own, bound over the machine's: the
 // node path, and the name of its source in the node's directory. The kubelet writes
 // /var/lib/kubelet/device-plugins, /var/log/pods and /var/log/containers, and the flex-volume
-// directory under /usr/libexec/kubernetes, whatever its configuration says.
+// directory under /usr/libexec/kubernetes, whatever its configuration says; static Pods keep
+// caches under /var/cache (skewgate's compiled plugin).
 var nodeMounts = []struct {
 	inside, source string
 	file           bool
@@ -30,6 +31,7 @@ var nodeMounts = []struct {
 	{"/var/lib/kubelet", "var-lib-kubelet", false},
 	{"/var/lib/etcd", "var-lib-etcd", false},
 	{"/var/log", "var-log", false},
+	{"/var/cache", "var-cache", false},
 	{"/usr/libexec/kubernetes", "usr-libexec-kubernetes", false},
 	{"/etc/hosts", "hosts", true},
 	{"/etc/resolv.conf", "resolv.conf", true},
