@@ -64,9 +64,10 @@ func TestNodeLocalModeSendsEverythingTheLocalServerServesToIt(t *testing.T) {
 	}
 }
 
-// A node-local gateway limits the Go runtime's memory once it is ready
-// (its plugin compiled), and leaves a GOMEMLIMIT from the environment alone.
-func TestNodeLocalModeLimitsGoMemoryUnlessGOMEMLIMITIsSet(t *testing.T) {
+// --go-memory-limit-bytes limits the Go runtime's memory once the gateway is
+// ready (its plugin compiled), and leaves a GOMEMLIMIT from the environment
+// alone.
+func TestGoMemoryLimitIsSetOnceReadyUnlessGOMEMLIMITIsSet(t *testing.T) {
 	original := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(original) })
 	for _, env := range []string{"", "off"} {
@@ -80,9 +81,11 @@ func TestNodeLocalModeLimitsGoMemoryUnlessGOMEMLIMITIsSet(t *testing.T) {
 			f := newFixture(t)
 			f.cfg.LocalAPIServer = f.cfg.APIServers[0]
 			f.cfg.BindAddress = ""
+			const limit = 32 << 20
+			f.cfg.GoMemoryLimitBytes = limit
 			s, cancel, served := f.serve(t)
 			eventually(t, "ready", s.Ready)
-			want := int64(DefaultNodeLocalGoMemoryLimitBytes)
+			want := int64(limit)
 			if env != "" {
 				want = math.MaxInt64
 			}

@@ -29,11 +29,6 @@ const (
 const (
 	DefaultMetricsBindAddress = "127.0.0.1:9090"
 	DefaultShutdownTimeout    = 30 * time.Second
-	// DefaultNodeLocalGoMemoryLimitBytes is --go-memory-limit-bytes in
-	// node-local mode: with the binary's pages and the compiled plugin code
-	// (about 25 MiB outside the Go heap), a node-local gateway stays inside
-	// 64 MiB resident under load; its live heap is about 20 MiB.
-	DefaultNodeLocalGoMemoryLimitBytes = 32 << 20
 )
 
 // Config is everything `skewgate serve` is told on its command line: NewConfig
@@ -94,8 +89,8 @@ type Config struct {
 	// (runtime/debug.SetMemoryLimit) from the moment the plugin is compiled:
 	// compiling churns through about a hundred MiB, which a limit from the
 	// start would turn into back-to-back collections. A GOMEMLIMIT in the
-	// environment wins. Zero: DefaultNodeLocalGoMemoryLimitBytes in
-	// node-local mode, no limit otherwise.
+	// environment wins. Zero: no limit (RATIONALE.md says why that is
+	// the default).
 	GoMemoryLimitBytes int64
 	// ShutdownDelay is how long both listeners keep serving, with /readyz
 	// failing, once shutdown begins, so that load balancers stop sending
@@ -147,7 +142,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&c.MaxBufferedRequestBytes, "max-buffered-request-bytes", c.MaxBufferedRequestBytes, "most bytes of request bodies (each at most 1 MiB) held in memory so that their requests can be retried on another API server; beyond it bodies stream and are not retried")
 	fs.Int64Var(&c.MaxBufferedRequestBytesPerClient, "max-buffered-request-bytes-per-client", c.MaxBufferedRequestBytesPerClient, "the share of --max-buffered-request-bytes one client (source address) may hold")
 	fs.DurationVar(&c.PluginCallTimeout, "plugin-call-timeout", c.PluginCallTimeout, "longest a plugin callback may run; an overrunning plugin VM is replaced. 0: unbounded, as in Envoy (a bound makes every callback interruptible, which makes it 1.4–1.9 times as costly)")
-	fs.Int64Var(&c.GoMemoryLimitBytes, "go-memory-limit-bytes", c.GoMemoryLimitBytes, "soft limit of the Go runtime's memory (as GOMEMLIMIT), set once the plugin is compiled, so that compiling stays fast; a GOMEMLIMIT in the environment wins (GOMEMLIMIT=off: no limit) (default: 32 MiB in node-local mode, none otherwise)")
+	fs.Int64Var(&c.GoMemoryLimitBytes, "go-memory-limit-bytes", c.GoMemoryLimitBytes, "soft limit of the Go runtime's memory (as GOMEMLIMIT), set once the plugin is compiled, so that compiling stays fast; a GOMEMLIMIT in the environment wins (GOMEMLIMIT=off: no limit) (default: none)")
 	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay-duration", c.ShutdownDelay, "after SIGTERM, how long /readyz fails while both listeners keep serving, so that load balancers move away before the gateway stops accepting")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long in-flight requests may finish once the listeners stop accepting; longer ones (watches) are then cut")
 }
@@ -171,9 +166,6 @@ func (c Config) complete() (Config, error) {
 	}
 	if c.Instances == 0 && nodeLocal {
 		c.Instances = 1
-	}
-	if c.GoMemoryLimitBytes == 0 && nodeLocal {
-		c.GoMemoryLimitBytes = DefaultNodeLocalGoMemoryLimitBytes
 	}
 	if c.WasmPath == "" {
 		path, err := DefaultWasmPath()
@@ -215,7 +207,7 @@ func (c *Config) validate() []error {
 		}
 	}
 	if c.GoMemoryLimitBytes < 0 {
-		errs = append(errs, fmt.Errorf("--go-memory-limit-bytes %d: must not be negative (0: none, or the node-local default)", c.GoMemoryLimitBytes))
+		errs = append(errs, fmt.Errorf("--go-memory-limit-bytes %d: must not be negative (0: none)", c.GoMemoryLimitBytes))
 	}
 	if c.Instances < 0 {
 		errs = append(errs, fmt.Errorf("--instances %d: must not be negative (0: GOMAXPROCS)", c.Instances))
