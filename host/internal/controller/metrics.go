@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/skewgate/skewgate/host/internal/promdef"
 	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
@@ -31,30 +32,21 @@ type metrics struct {
 }
 
 func newMetrics() *metrics {
-	gauge := func(def *metricdef.Metric) prometheus.Gauge {
-		return prometheus.NewGauge(prometheus.GaugeOpts{Name: def.Name, Help: def.Help})
-	}
-	counter := func(def *metricdef.Metric) prometheus.Counter {
-		return prometheus.NewCounter(prometheus.CounterOpts{Name: def.Name, Help: def.Help})
-	}
-	counterVec := func(def *metricdef.Metric) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: def.Name, Help: def.Help}, def.Labels)
-	}
 	m := &metrics{
-		fetchErrors:       counterVec(&metricdef.ControllerFetchErrors),
-		publishErrors:     counter(&metricdef.ControllerPublishErrors),
-		invalidSnapshots:  counter(&metricdef.ControllerInvalidSnapshots),
-		generation:        gauge(&metricdef.ControllerSnapshotGeneration),
-		snapshotServers:   gauge(&metricdef.ControllerSnapshotServers),
-		serversKnown:      gauge(&metricdef.ControllerServers),
-		serversHealthy:    gauge(&metricdef.ControllerServersHealthy),
-		lastSuccess:       gauge(&metricdef.ControllerLastSuccessfulPoll),
-		frontProxyIsUser:  gauge(&metricdef.ControllerFrontProxyCertificateAuthenticates),
-		schemaFetches:     counter(&metricdef.ControllerOpenAPIDocumentsFetched),
-		schemaBytes:       counter(&metricdef.ControllerOpenAPIDocumentBytes),
-		schemaFetchErrors: counterVec(&metricdef.ControllerOpenAPIDocumentErrors),
-		schemaDocuments:   gauge(&metricdef.ControllerOpenAPIDocuments),
-		schemaFieldPaths:  gauge(&metricdef.ControllerOpenAPIFieldPaths),
+		fetchErrors:       promdef.CounterVec(&metricdef.ControllerFetchErrors),
+		publishErrors:     promdef.Counter(&metricdef.ControllerPublishErrors),
+		invalidSnapshots:  promdef.Counter(&metricdef.ControllerInvalidSnapshots),
+		generation:        promdef.Gauge(&metricdef.ControllerSnapshotGeneration),
+		snapshotServers:   promdef.Gauge(&metricdef.ControllerSnapshotServers),
+		serversKnown:      promdef.Gauge(&metricdef.ControllerServers),
+		serversHealthy:    promdef.Gauge(&metricdef.ControllerServersHealthy),
+		lastSuccess:       promdef.Gauge(&metricdef.ControllerLastSuccessfulPoll),
+		frontProxyIsUser:  promdef.Gauge(&metricdef.ControllerFrontProxyCertificateAuthenticates),
+		schemaFetches:     promdef.Counter(&metricdef.ControllerOpenAPIDocumentsFetched),
+		schemaBytes:       promdef.Counter(&metricdef.ControllerOpenAPIDocumentBytes),
+		schemaFetchErrors: promdef.CounterVec(&metricdef.ControllerOpenAPIDocumentErrors),
+		schemaDocuments:   promdef.Gauge(&metricdef.ControllerOpenAPIDocuments),
+		schemaFieldPaths:  promdef.Gauge(&metricdef.ControllerOpenAPIFieldPaths),
 	}
 	m.all = []prometheus.Collector{m.fetchErrors, m.publishErrors, m.invalidSnapshots, m.generation, m.snapshotServers,
 		m.serversKnown, m.serversHealthy, m.lastSuccess, m.frontProxyIsUser,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/skewgate/skewgate/host/internal/promdef"
 	"github.com/skewgate/skewgate/host/internal/wasmhost"
 	"github.com/skewgate/skewgate/plugin/metricdef"
 )
@@ -54,28 +55,19 @@ type verdictSeries struct {
 }
 
 func newMetrics() *metrics {
-	counterVec := func(def *metricdef.Metric) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: def.Name, Help: def.Help}, def.Labels)
-	}
-	counter := func(def *metricdef.Metric) prometheus.Counter {
-		return prometheus.NewCounter(prometheus.CounterOpts{Name: def.Name, Help: def.Help})
-	}
-	desc := func(def *metricdef.Metric) *prometheus.Desc {
-		return prometheus.NewDesc(def.Name, def.Help, def.Labels, nil)
-	}
 	duration := &metricdef.GatewayRequestDuration
 	m := &metrics{
-		requests: counterVec(&metricdef.GatewayRequests),
+		requests: promdef.CounterVec(&metricdef.GatewayRequests),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: duration.Name, Help: duration.Help, Buckets: duration.Buckets},
 			duration.Labels),
-		upstreamErrors:   counterVec(&metricdef.GatewayUpstreamErrors),
-		retries:          counter(&metricdef.GatewayRetries),
-		pluginFailures:   counter(&metricdef.GatewayPluginFailures),
-		inFlight:         desc(&metricdef.GatewayBackendInFlight),
-		rejected:         counterVec(&metricdef.GatewayRejectedRequests),
-		unbufferedBodies: counterVec(&metricdef.GatewayUnbufferedRequestBodies),
-		requestsInFlight: desc(&metricdef.GatewayRequestsInFlight),
-		bufferedBytes:    desc(&metricdef.GatewayBufferedRequestBytes),
+		upstreamErrors:   promdef.CounterVec(&metricdef.GatewayUpstreamErrors),
+		retries:          promdef.Counter(&metricdef.GatewayRetries),
+		pluginFailures:   promdef.Counter(&metricdef.GatewayPluginFailures),
+		inFlight:         promdef.Desc(&metricdef.GatewayBackendInFlight),
+		rejected:         promdef.CounterVec(&metricdef.GatewayRejectedRequests),
+		unbufferedBodies: promdef.CounterVec(&metricdef.GatewayUnbufferedRequestBodies),
+		requestsInFlight: promdef.Desc(&metricdef.GatewayRequestsInFlight),
+		bufferedBytes:    promdef.Desc(&metricdef.GatewayBufferedRequestBytes),
 		upstreams:        map[string]bool{},
 	}
 	for v := range m.byVerdict {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/skewgate/skewgate/host/internal/promdef"
 	"github.com/skewgate/skewgate/host/internal/statuspage"
 	"github.com/skewgate/skewgate/plugin/metricdef"
 )
@@ -91,7 +92,7 @@ func (s *Server) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) metricsRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	counter := func(def *metricdef.Metric, v *atomic.Uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: def.Name, Help: def.Help}, func() float64 { return float64(v.Load()) })
+		return promdef.CounterFunc(def, func() float64 { return float64(v.Load()) })
 	}
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -100,7 +101,7 @@ func (s *Server) metricsRegistry() *prometheus.Registry {
 		pluginMetrics{s.plugins},
 		s.ctrl,
 		s.certificates,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: metricdef.ServeReady.Name, Help: metricdef.ServeReady.Help},
+		promdef.GaugeFunc(&metricdef.ServeReady,
 			func() float64 {
 				if s.Ready() {
 					return 1

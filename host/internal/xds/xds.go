@@ -41,6 +41,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"sigs.k8s.io/yaml"
 
+	"github.com/skewgate/skewgate/host/internal/promdef"
 	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
@@ -254,17 +255,13 @@ func ParseExtensionConfig(doc []byte) (*corev3.TypedExtensionConfig, error) {
 }
 
 var (
-	streamsDesc     = newDesc(&metricdef.XDSStreams)
-	pushesDesc      = newDesc(&metricdef.XDSPushes)
-	acksDesc        = newDesc(&metricdef.XDSAcks)
-	nacksDesc       = newDesc(&metricdef.XDSNacks)
-	versionInfoDesc = newDesc(&metricdef.XDSVersionInfo)
-	refusedDesc     = newDesc(&metricdef.XDSRefusedStreams)
+	streamsDesc     = promdef.Desc(&metricdef.XDSStreams)
+	pushesDesc      = promdef.Desc(&metricdef.XDSPushes)
+	acksDesc        = promdef.Desc(&metricdef.XDSAcks)
+	nacksDesc       = promdef.Desc(&metricdef.XDSNacks)
+	versionInfoDesc = promdef.Desc(&metricdef.XDSVersionInfo)
+	refusedDesc     = promdef.Desc(&metricdef.XDSRefusedStreams)
 )
-
-func newDesc(def *metricdef.Metric) *prometheus.Desc {
-	return prometheus.NewDesc(def.Name, def.Help, def.Labels, nil)
-}
 
 // Describe and Collect make the Server the prometheus.Collector of its
 // metrics.

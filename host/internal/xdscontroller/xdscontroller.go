@@ -26,6 +26,7 @@ import (
 	"github.com/skewgate/skewgate/host/internal/certfile"
 	"github.com/skewgate/skewgate/host/internal/controller"
 	"github.com/skewgate/skewgate/host/internal/envoyconfig"
+	"github.com/skewgate/skewgate/host/internal/promdef"
 	"github.com/skewgate/skewgate/host/internal/xds"
 	pluginconfig "github.com/skewgate/skewgate/plugin/config"
 	"github.com/skewgate/skewgate/plugin/metricdef"
@@ -249,14 +250,14 @@ func (s *Server) metricsHandler() http.Handler {
 		s.xds,
 		s.ctrl,
 		s.certificates,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: metricdef.ServeReady.Name, Help: metricdef.ServeReady.Help},
+		promdef.GaugeFunc(&metricdef.ServeReady,
 			func() float64 {
 				if s.ready.Load() {
 					return 1
 				}
 				return 0
 			}),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: metricdef.XDSPublishFailures.Name, Help: metricdef.XDSPublishFailures.Help},
+		promdef.CounterFunc(&metricdef.XDSPublishFailures,
 			func() float64 { return float64(s.publishFailures.Load()) }),
 	)
 	mux := http.NewServeMux()
