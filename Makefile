@@ -16,8 +16,11 @@ CLUSTER_PKGS := ./host/testcluster/... ./host/e2e/...
 # the user cache on first use (see host/testcluster); the commands of one
 # Kubernetes release are built by one go build. The real nodes (host/testcluster/
 # kubenode) run containerd, crictl and every node command of v1.36.3 and v1.35.4;
-# the field-level skew scenarios run kube-apiserver v1.30.14 and v1.31.4.
-TEST_BINARIES := etcd@v3.6.16,kube-apiserver@v1.30.14,kube-apiserver@v1.31.4,\
+# the field-level skew scenarios run kube-apiserver v1.30.14 and v1.31.4, and the
+# upgrade rehearsals (host/rehearsal) every node command of both.
+TEST_BINARIES := etcd@v3.6.16,\
+	kube-apiserver@v1.30.14,kube-controller-manager@v1.30.14,kube-scheduler@v1.30.14,kubelet@v1.30.14,kubeadm@v1.30.14,kubectl@v1.30.14,\
+	kube-apiserver@v1.31.4,kube-controller-manager@v1.31.4,kube-scheduler@v1.31.4,kubelet@v1.31.4,kubeadm@v1.31.4,kubectl@v1.31.4,\
 	kube-apiserver@v1.35.4,kube-controller-manager@v1.35.4,kube-scheduler@v1.35.4,kubelet@v1.35.4,kubeadm@v1.35.4,kubectl@v1.35.4,\
 	kube-apiserver@v1.36.3,kube-controller-manager@v1.36.3,kube-scheduler@v1.36.3,kubelet@v1.36.3,kubeadm@v1.36.3,kubectl@v1.36.3,\
 	containerd@v2.2.9,containerd-shim-runc-v2@v2.2.9,ctr@v2.2.9,crictl@v1.37.0
@@ -74,7 +77,7 @@ demo: build
 	$(GO) build -trimpath -o bin/skewgate-demo ./host/cmd/skewgate-demo
 	bin/skewgate-demo
 
-test: build unit cluster-test fuzz
+test: build unit cluster-test rehearsal fuzz
 
 # Day-to-day work: what `make test` runs but the real clusters and fuzzing.
 test-unit: build unit
@@ -93,6 +96,11 @@ cluster-test: test-binaries
 
 # Real kubeadm HA upgrades, node by node, behind a per-request round-robin proxy;
 # each test logs its counts (see host/rehearsal).
+rehearsal: test-binaries
+	$(GO) test -count=1 -p 1 -v -timeout 120m ./host/rehearsal/
+
+# Real kubeadm HA upgrades, node by node, with a round-robin proxy and with skewgate
+# as the control-plane endpoint; each test logs its counts (see host/rehearsal).
 rehearsal: test-binaries
 	$(GO) test -count=1 -p 1 -v -timeout 120m ./host/rehearsal/
 

@@ -1,0 +1,32 @@
+package rehearsal
+
+import (
+	"context"
+	"testing"
+
+	"github.com/skewgate/skewgate/host/testcluster"
+)
+
+// TestBaselineUpgrade130To131ShowsTheHarms upgrades 1.30 to 1.31 behind the round-robin proxy:
+// besides the namespace deletion's leftovers and false 404s, the field selector the 1.31
+// kubelets list Services with is refused by the 1.30 servers. How often an upgraded kubelet's
+// restarted Pod fails for want of Services read is logged, not asserted: the kubelet retries
+// its list, and a retry that lands on an upgraded server succeeds.
+func TestBaselineUpgrade130To131ShowsTheHarms(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), rehearsalTimeout)
+	defer cancel()
+	counts, err := Run(ctx, t, Scenario{From: testcluster.KubeVersion130, To: testcluster.KubeVersion131, Kinds: Kinds131, Endpoint: Baseline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("baseline %s -> %s: %s", testcluster.KubeVersion130, testcluster.KubeVersion131, counts)
+	if counts.ObjectsLeftByNamespaceDeletion == 0 {
+		t.Errorf("the namespace deletion left none of its %d objects of the new kind behind", counts.ObjectsInDeletedNamespace)
+	}
+	if counts.False404 == 0 {
+		t.Error("no client got a false 404 through the round-robin proxy")
+	}
+	if counts.False400 == 0 {
+		t.Error("no list with the 1.31 field selector got a false 400 through the round-robin proxy")
+	}
+}
