@@ -1,7 +1,6 @@
 package rehearsal
 
 import (
-	"context"
 	"testing"
 
 	"github.com/skewgate/skewgate/host/testcluster"
@@ -13,8 +12,7 @@ import (
 // restarted Pod fails for want of Services read is logged, not asserted: the kubelet retries
 // its list, and a retry that lands on an upgraded server succeeds.
 func TestBaselineUpgrade130To131ShowsTheHarms(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), rehearsalTimeout)
-	defer cancel()
+	ctx := rehearsalContext(t)
 	counts, err := Run(ctx, t, Scenario{From: testcluster.KubeVersion130, To: testcluster.KubeVersion131, Kinds: Kinds131, Endpoint: Baseline})
 	if err != nil {
 		t.Fatal(err)
