@@ -100,7 +100,7 @@ cluster-test: test-binaries
 # Real kubeadm HA upgrades, node by node, behind a per-request round-robin proxy
 # and behind skewgate; each test logs its counts (see host/rehearsal). Not part of
 # `make test`: each rehearsal runs three real nodes through an upgrade for many minutes.
-rehearsal: rehearsal-binaries
+rehearsal: build rehearsal-binaries
 	$(GO) test -count=1 -p 1 -v -timeout 180m ./host/rehearsal/
 
 rehearsal-binaries:

@@ -39,7 +39,10 @@ type Scenario struct {
 	Kinds    NewKinds
 	// Endpoint starts what serves kubenode.ControlPlaneEndpoint at the bridge's address, in front
 	// of nodes, before the first node initialises the cluster.
-	Endpoint func(c *kubenode.Cluster, nodes []*kubenode.Node, log testcluster.Logger) (io.Closer, error)
+	Endpoint func(ctx context.Context, c *kubenode.Cluster, nodes []*kubenode.Node, log testcluster.Logger) (io.Closer, error)
+	// NodeLocal, if set, installs what serves each control-plane node's own components, on every
+	// node once the cluster is formed and before the workloads start.
+	NodeLocal func(ctx context.Context, n *kubenode.Node, log testcluster.Logger) error
 	// ControllersThroughEndpoint points every kube-controller-manager at the control-plane
 	// endpoint instead of its node's own API server: the clusters kubeadm made before 1.19.1
 	// (kubernetes/kubernetes#94398 moved them to the local server; upgrades keep the files), and
@@ -48,7 +51,7 @@ type Scenario struct {
 }
 
 // Baseline is the endpoint users have today: a per-request round-robin L7 proxy.
-func Baseline(c *kubenode.Cluster, nodes []*kubenode.Node, log testcluster.Logger) (io.Closer, error) {
+func Baseline(_ context.Context, c *kubenode.Cluster, nodes []*kubenode.Node, log testcluster.Logger) (io.Closer, error) {
 	return StartRoundRobinProxy(c.Network, nodes[0], nodes, log)
 }
 
@@ -118,13 +121,20 @@ func Run(ctx context.Context, log testcluster.Logger, s Scenario) (counts Counts
 	if err := r.cluster.SetControlPlaneEndpoint(r.cluster.Network.BridgeAddress()); err != nil {
 		return counts, err
 	}
-	endpoint, err := s.Endpoint(r.cluster, r.nodes, log)
+	endpoint, err := s.Endpoint(ctx, r.cluster, r.nodes, log)
 	if err != nil {
 		return counts, err
 	}
 	defer endpoint.Close()
 	if err := r.form(ctx); err != nil {
 		return counts, err
+	}
+	if s.NodeLocal != nil {
+		for _, n := range r.nodes {
+			if err := s.NodeLocal(ctx, n, log); err != nil {
+				return counts, err
+			}
+		}
 	}
 	if s.ControllersThroughEndpoint {
 		for _, n := range r.nodes {
@@ -293,7 +303,19 @@ func (r *rehearsal) watchPods(ctx context.Context, wg *sync.WaitGroup) {
 	})
 }
 
+// upgradeHealthCheck names the Pods of the Job kubeadm upgrade creates for its CreateJob check,
+// which is among ignoredPreflightErrors: on these nodes its Pod may fail whatever serves the
+// endpoint, so it is none of the rehearsal's Pods.
+const upgradeHealthCheck = "upgrade-health-check-"
+
+func isUpgradeHealthCheck(namespace, name string) bool {
+	return namespace == metav1.NamespaceSystem && strings.HasPrefix(name, upgradeHealthCheck)
+}
+
 func (r *rehearsal) recordPod(p corev1.Pod) {
+	if isUpgradeHealthCheck(p.Namespace, p.Name) {
+		return
+	}
 	name := p.Namespace + "/" + p.Name
 	reason := ""
 	if p.Status.Phase == corev1.PodFailed {
@@ -732,7 +754,7 @@ func (r *rehearsal) countFailedPodEvents(ctx context.Context) error {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		for _, e := range events.Items {
-			if e.Reason != "Failed" {
+			if e.Reason != "Failed" || isUpgradeHealthCheck(e.InvolvedObject.Namespace, e.InvolvedObject.Name) {
 				continue
 			}
 			name := e.InvolvedObject.Namespace + "/" + e.InvolvedObject.Name
