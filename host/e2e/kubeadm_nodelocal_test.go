@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -28,14 +27,13 @@ import (
 
 	"github.com/skewgate/skewgate/host/internal/ociimage"
 	"github.com/skewgate/skewgate/host/testcluster"
+	"github.com/skewgate/skewgate/host/testcluster/kubeadmskewgate"
 	"github.com/skewgate/skewgate/host/testcluster/kubenode"
 )
 
 // These scenarios run skewgate as its users do: its image, started by a real kubelet on real
 // kubeadm control-plane nodes (host/testcluster/kubenode), installed and removed by the
 // commands of host/deploy/kubeadm/README.md, read from the README itself.
-
-var kubeadmReadme = filepath.Join(deployDir, "README.md")
 
 // skewgatePort is the static Pod's --secure-port.
 const skewgatePort = "16443"
@@ -44,31 +42,9 @@ const skewgatePort = "16443"
 // heading line, in order.
 func readmeShellBlocks(t *testing.T, heading string) []string {
 	t.Helper()
-	data, err := os.ReadFile(kubeadmReadme)
+	blocks, err := kubeadmskewgate.ShellBlocks(filepath.Join(deployDir, kubeadmskewgate.README), heading)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var blocks []string
-	var block []string
-	inSection, inBlock := false, false
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		line := sc.Text()
-		trimmed := strings.TrimSpace(line)
-		switch {
-		case !inBlock && strings.HasPrefix(line, "## "):
-			inSection = strings.HasPrefix(line, heading)
-		case inSection && !inBlock && trimmed == "```sh":
-			inBlock, block = true, nil
-		case inBlock && trimmed == "```":
-			inBlock = false
-			blocks = append(blocks, strings.Join(block, "\n"))
-		case inBlock:
-			block = append(block, trimmed)
-		}
-	}
-	if len(blocks) == 0 {
-		t.Fatalf("%s: no sh blocks under %q", kubeadmReadme, heading)
 	}
 	return blocks
 }
@@ -101,7 +77,7 @@ func userDeployDir(t *testing.T, ctx context.Context) (dir, digest string) {
 	if err := os.MkdirAll(filepath.Join(dir, "build"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"rbac.yaml", "skewgate.yaml", "point-components-at-skewgate.sh"} {
+	for _, name := range []string{kubeadmskewgate.README, "rbac.yaml", "skewgate.yaml", "point-components-at-skewgate.sh"} {
 		data, err := os.ReadFile(filepath.Join(deployDir, name))
 		if err != nil {
 			t.Fatal(err)
@@ -140,15 +116,8 @@ func userDeployDir(t *testing.T, ctx context.Context) (dir, digest string) {
 // runReadmeBlocks runs each block in the node, in dir, as a user types it into a shell.
 func runReadmeBlocks(t *testing.T, ctx context.Context, n *kubenode.Node, dir string, blocks []string) {
 	t.Helper()
-	for _, block := range blocks {
-		start := time.Now()
-		blockCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		out, err := n.Run(blockCtx, "sh", "-ec", "cd \"$1\"\n"+block, "sh", dir)
-		cancel()
-		if err != nil {
-			t.Fatalf("README block failed after %s:\n%s\n%v\nkubelet:\n%s", time.Since(start).Round(time.Second), block, err, n.LogTail("kubelet", 30))
-		}
-		t.Logf("README block (%s):\n%s\n%s", time.Since(start).Round(100*time.Millisecond), block, out)
+	if err := kubeadmskewgate.RunBlocks(ctx, n, dir, blocks, t); err != nil {
+		t.Fatal(err)
 	}
 }
 
