@@ -25,7 +25,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	"github.com/skewgate/skewgate/host/internal/ociimage"
 	"github.com/skewgate/skewgate/host/testcluster"
 	"github.com/skewgate/skewgate/host/testcluster/kubeadmskewgate"
 	"github.com/skewgate/skewgate/host/testcluster/kubenode"
@@ -73,44 +72,14 @@ func userDeployDir(t *testing.T, ctx context.Context) (dir, digest string) {
 	if skewgateBuild.err != nil {
 		t.Fatal(skewgateBuild.err)
 	}
-	dir = filepath.Join(t.TempDir(), "kubeadm")
-	if err := os.MkdirAll(filepath.Join(dir, "build"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{kubeadmskewgate.README, "rbac.yaml", "skewgate.yaml", "point-components-at-skewgate.sh"} {
-		data, err := os.ReadFile(filepath.Join(deployDir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		writeFile(t, filepath.Join(dir, name), data)
-	}
-	binary, err := os.ReadFile(skewgateBuild.binary)
-	if err != nil {
-		t.Fatal(err)
-	}
-	module, err := os.ReadFile(skewgateBuild.wasm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := ociimage.ServerImage(binary, module, sourceRevision(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out bytes.Buffer
-	d, err := ociimage.Publish(ctx, img, ociimage.Publication{
-		Layout:    filepath.Join(dir, "build", "image"),
-		Archive:   filepath.Join(dir, "build", "skewgate-image.tar"),
-		Manifests: []string{filepath.Join(dir, "skewgate.yaml")},
-	}, &out)
+	d, err := kubeadmskewgate.PrepareDeployment(ctx, deployDir, filepath.Join(t.TempDir(), "kubeadm"),
+		skewgateBuild.binary, skewgateBuild.wasm, sourceRevision(t), &out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	size, err := ociimage.CompressedSize(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("skewgate's image: %s, %.1f MB compressed\n%s", d, float64(size)/1e6, out.String())
-	return dir, d.String()
+	t.Logf("skewgate's image: %s, %.1f MB compressed\n%s", d.Digest, float64(d.Size)/1e6, out.String())
+	return d.Dir, d.Digest
 }
 
 // runReadmeBlocks runs each block in the node, in dir, as a user types it into a shell.

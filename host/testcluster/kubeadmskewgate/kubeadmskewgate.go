@@ -4,8 +4,8 @@
 // as the cluster's load balancer (the control-plane endpoint) and installs its node-local static
 // Pod on control-plane nodes.
 //
-// Its functions take the deployment directory: host/deploy/kubeadm as a user has it after
-// `make image`, the README among its files and the image as build/skewgate-image.tar.
+// Its functions take the deployment directory PrepareDeployment makes: host/deploy/kubeadm as a user
+// has it after `make image`, the README among its files and the image as build/skewgate-image.tar.
 package kubeadmskewgate
 
 import (
@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/skewgate/skewgate/host/internal/ociimage"
 	"github.com/skewgate/skewgate/host/testcluster"
 	"github.com/skewgate/skewgate/host/testcluster/kubenode"
 )
@@ -34,6 +36,59 @@ const (
 
 // README is the name of the README in the deployment directory.
 const README = "README.md"
+
+// deployFiles are the files of host/deploy/kubeadm a user works with.
+var deployFiles = []string{README, "rbac.yaml", "skewgate.yaml", "point-components-at-skewgate.sh"}
+
+// Deployment is host/deploy/kubeadm as a user has it after `make image`, in Dir: its files, the
+// manifest pinning the image built from the skewgate binary and plugin given, and that image as
+// build/skewgate-image.tar (also an OCI layout in build/image).
+type Deployment struct {
+	Dir string
+	// Digest is the image's.
+	Digest string
+	// Size is the image's compressed size in bytes.
+	Size int64
+}
+
+// PrepareDeployment copies the files of source (host/deploy/kubeadm) into dir, builds skewgate's
+// image from binary and wasm as `make image` does, labelled with revision, and pins it in the copy
+// of the manifest. log gets what `make image` prints.
+func PrepareDeployment(ctx context.Context, source, dir, binary, wasm, revision string, log io.Writer) (Deployment, error) {
+	if err := os.MkdirAll(filepath.Join(dir, "build"), 0o755); err != nil {
+		return Deployment{}, err
+	}
+	for _, name := range deployFiles {
+		if err := copyFile(filepath.Join(source, name), filepath.Join(dir, name), 0o644); err != nil {
+			return Deployment{}, err
+		}
+	}
+	bin, err := os.ReadFile(binary)
+	if err != nil {
+		return Deployment{}, err
+	}
+	module, err := os.ReadFile(wasm)
+	if err != nil {
+		return Deployment{}, err
+	}
+	img, err := ociimage.ServerImage(bin, module, revision)
+	if err != nil {
+		return Deployment{}, err
+	}
+	digest, err := ociimage.Publish(ctx, img, ociimage.Publication{
+		Layout:    filepath.Join(dir, "build", "image"),
+		Archive:   filepath.Join(dir, "build", "skewgate-image.tar"),
+		Manifests: []string{filepath.Join(dir, "skewgate.yaml")},
+	}, log)
+	if err != nil {
+		return Deployment{}, err
+	}
+	size, err := ociimage.CompressedSize(img)
+	if err != nil {
+		return Deployment{}, err
+	}
+	return Deployment{Dir: dir, Digest: digest.String(), Size: size}, nil
+}
 
 // blockTimeout bounds one README block on a busy machine.
 const blockTimeout = 5 * time.Minute
