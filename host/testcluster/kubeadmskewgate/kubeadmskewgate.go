@@ -12,9 +12,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/skewgate/skewgate/host/internal/controller"
 	"github.com/skewgate/skewgate/host/internal/ociimage"
 	"github.com/skewgate/skewgate/host/testcluster"
 	"github.com/skewgate/skewgate/host/testcluster/kubenode"
@@ -166,6 +169,8 @@ type LoadBalancer struct {
 	// Process is skewgate's process.
 	Process *testcluster.Process
 	dir     string
+	// operator reaches its operator endpoints, in the bridge's network namespace.
+	operator *http.Client
 }
 
 // StartLoadBalancer starts skewgate as the load balancer of the README's "Load balancer" section in
@@ -191,7 +196,7 @@ func StartLoadBalancer(ctx context.Context, dir, binary, wasm string, c *kubenod
 	if err != nil {
 		return nil, err
 	}
-	lb := &LoadBalancer{dir: lbDir}
+	lb := &LoadBalancer{dir: lbDir, operator: &http.Client{Transport: &http.Transport{DialContext: c.Network.DialContext}, Timeout: 5 * time.Second}}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, lb.Close())
@@ -241,7 +246,7 @@ func StartLoadBalancer(ctx context.Context, dir, binary, wasm string, c *kubenod
 	if err != nil {
 		return nil, err
 	}
-	if err := lb.waitHealthy(ctx, c.Network); err != nil {
+	if err := lb.waitHealthy(ctx); err != nil {
 		return nil, err
 	}
 	log.Logf("skewgate serves the control-plane endpoint %s at %s, in front of %d API servers", kubenode.ControlPlaneEndpoint, c.Network.BridgeAddress(), len(nodes))
@@ -249,20 +254,15 @@ func StartLoadBalancer(ctx context.Context, dir, binary, wasm string, c *kubenod
 }
 
 // waitHealthy waits until skewgate answers /healthz.
-func (lb *LoadBalancer) waitHealthy(ctx context.Context, network *kubenode.Network) error {
-	client := &http.Client{Transport: &http.Transport{DialContext: network.DialContext}, Timeout: 5 * time.Second}
+func (lb *LoadBalancer) waitHealthy(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	for {
 		if exited, err := lb.Process.Exited(); exited {
 			return fmt.Errorf("the load balancer exited: %v\n%s", err, lb.Process.LogTail(30))
 		}
-		resp, err := client.Get("http://" + LoadBalancerMetricsAddress + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		if _, err := lb.get(ctx, "/healthz"); err == nil {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -270,6 +270,52 @@ func (lb *LoadBalancer) waitHealthy(ctx context.Context, network *kubenode.Netwo
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// Routes says whether the load balancer counts n's API server healthy in the snapshot it routes by
+// (/debug/snapshot), where a server given by --apiserver is named by its address.
+func (lb *LoadBalancer) Routes(ctx context.Context, n *kubenode.Node) (bool, error) {
+	body, err := lb.get(ctx, "/debug/snapshot")
+	if err != nil {
+		return false, err
+	}
+	var snapshot struct {
+		Servers []struct {
+			Cluster string `json:"cluster"`
+			Healthy bool   `json:"healthy"`
+		} `json:"servers"`
+	}
+	if err := json.Unmarshal(body, &snapshot); err != nil {
+		return false, err
+	}
+	name := controller.ClusterName(net.JoinHostPort(n.IP.String(), strconv.Itoa(kubenode.APIServerPort)))
+	for _, s := range snapshot.Servers {
+		if s.Cluster == name {
+			return s.Healthy, nil
+		}
+	}
+	return false, fmt.Errorf("node %s's API server (%s) is not in the load balancer's snapshot", n.Name, name)
+}
+
+// get fetches path from the operator endpoints, requiring 200.
+func (lb *LoadBalancer) get(ctx context.Context, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+LoadBalancerMetricsAddress+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := lb.operator.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: HTTP %d: %s", path, resp.StatusCode, body)
+	}
+	return body, nil
 }
 
 // Close stops skewgate and removes its directory.
