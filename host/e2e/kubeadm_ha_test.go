@@ -33,7 +33,7 @@ func endpointClient(t *testing.T, n *kubenode.Node) *kubernetes.Clientset {
 		t.Fatal(err)
 	}
 	config.Host = "https://" + kubenode.ControlPlaneEndpoint + ":" + strconv.Itoa(kubenode.APIServerPort)
-	config.Timeout = 5 * time.Second
+	config.Timeout = 15 * time.Second
 	client, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		t.Fatal(err)
