@@ -27,7 +27,10 @@ import (
 )
 
 // maxMemoryPages caps guest memory at 1 GiB, cpp-host's PROXY_WASM_HOST_MAX_WASM_MEMORY_SIZE_BYTES.
-const maxMemoryPages = 1 << 14
+const (
+	maxMemoryPages = 1 << 14
+	wasmPageSize   = 1 << 16
+)
 
 // Errors reported in Outcome.Failed besides guest traps.
 var (

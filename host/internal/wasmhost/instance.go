@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 )
 
 // instanceKey carries the calling *instance in the context of every guest call, so that host functions find their
@@ -144,7 +145,11 @@ func (e *ConfigError) Unwrap() error { return e.Trap }
 func (h *Host) newInstance(s *slot, configuration []byte) (*instance, error) {
 	inst := &instance{host: h, slot: s, createdAt: time.Now(), nextContextID: 1, streams: make(map[uint32]*stream)}
 	inst.callCtx = context.WithValue(context.Background(), instanceKey{}, inst)
-	mod, err := h.runtime.InstantiateModule(inst.callCtx, h.compiled, h.moduleConfig)
+	mem, err := newGuestMemory(inst, maxMemoryPages*wasmPageSize)
+	if err != nil {
+		return nil, err
+	}
+	mod, err := h.runtime.InstantiateModule(experimental.WithMemoryAllocator(inst.callCtx, mem.allocator()), h.compiled, h.moduleConfig)
 	if err != nil {
 		return nil, fmt.Errorf("instantiate Wasm module: %w", err)
 	}
