@@ -13,10 +13,12 @@ import (
 // its list, and a retry that lands on an upgraded server succeeds.
 func TestBaselineUpgrade130To131ShowsTheHarms(t *testing.T) {
 	ctx := rehearsalContext(t)
-	counts, err := Run(ctx, t, Scenario{From: testcluster.KubeVersion130, To: testcluster.KubeVersion131, Kinds: Kinds131, Endpoint: Baseline})
+	s := Scenario{From: testcluster.KubeVersion130, To: testcluster.KubeVersion131, Kinds: Kinds131, Endpoint: Baseline}
+	counts, err := Run(ctx, t, s)
 	if err != nil {
 		t.Fatal(err)
 	}
+	baselineWallTimes[upgradeKey(s)] = counts.UpgradeWallTime
 	t.Logf("baseline %s -> %s: %s", testcluster.KubeVersion130, testcluster.KubeVersion131, counts)
 	if counts.ObjectsLeftByNamespaceDeletion == 0 {
 		t.Errorf("the namespace deletion left none of its %d objects of the new kind behind", counts.ObjectsInDeletedNamespace)

@@ -36,10 +36,12 @@ func rehearsalContext(t *testing.T) context.Context {
 // storage, and clients get 404s for what exists.
 func TestBaselineUpgrade135To136ShowsTheHarms(t *testing.T) {
 	ctx := rehearsalContext(t)
-	counts, err := Run(ctx, t, Scenario{From: testcluster.KubeVersion135, To: testcluster.KubeVersion136, Kinds: Kinds136, Endpoint: Baseline})
+	s := Scenario{From: testcluster.KubeVersion135, To: testcluster.KubeVersion136, Kinds: Kinds136, Endpoint: Baseline}
+	counts, err := Run(ctx, t, s)
 	if err != nil {
 		t.Fatal(err)
 	}
+	baselineWallTimes[upgradeKey(s)] = counts.UpgradeWallTime
 	t.Logf("baseline %s -> %s: %s", testcluster.KubeVersion135, testcluster.KubeVersion136, counts)
 	if counts.ObjectsLeftByNamespaceDeletion == 0 {
 		t.Errorf("the namespace deletion left none of its %d objects of the new kind behind", counts.ObjectsInDeletedNamespace)

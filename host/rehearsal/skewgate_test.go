@@ -1,0 +1,121 @@
+package rehearsal
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skewgate/skewgate/host/testcluster"
+	"github.com/skewgate/skewgate/host/testcluster/kubeadmskewgate"
+)
+
+// repoRoot is the module root, two levels above this package's directory (the working directory
+// of its tests).
+const repoRoot = "../.."
+
+// baselineWallTimes are the upgrade wall times of the baseline rehearsals of this test binary's
+// run, by the upgrade's versions, which skewgate's rehearsals of the same upgrade compare theirs
+// with: the baseline tests come first in the package's order.
+var baselineWallTimes = map[string]time.Duration{}
+
+func upgradeKey(s Scenario) string { return s.From + "->" + s.To }
+
+// skewgateDeployment builds skewgate as the Makefile builds bin/skewgate and prepares the
+// deployment directory a user has after `make image`, with the plugin module of `make build`.
+func skewgateDeployment(t *testing.T, ctx context.Context) Skewgate {
+	t.Helper()
+	root, err := filepath.Abs(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wasm := filepath.Join(root, "build", "skewgate.wasm")
+	if _, err := os.Stat(wasm); err != nil {
+		t.Fatalf("the plugin module is missing (%v): run `make build` first", err)
+	}
+	work := t.TempDir()
+	binary := filepath.Join(work, "skewgate")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-tags", "grpcnotrace", "-o", binary, "./host/cmd/skewgate")
+	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./host/cmd/skewgate: %v\n%s", err, out)
+	}
+	var out bytes.Buffer
+	d, err := kubeadmskewgate.PrepareDeployment(ctx, filepath.Join(root, "host", "deploy", "kubeadm"), filepath.Join(work, "kubeadm"),
+		binary, wasm, sourceRevision(t, root), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("skewgate's image: %s\n%s", d.Digest, out.String())
+	return Skewgate{Dir: d.Dir, Binary: binary, Wasm: wasm}
+}
+
+// sourceRevision is what `make image` labels the image with: the commit, "-dirty" for a modified
+// tree.
+func sourceRevision(t *testing.T, root string) string {
+	t.Helper()
+	head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	revision := strings.TrimSpace(string(head))
+	status, err := exec.Command("git", "-C", root, "status", "--porcelain").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bytes.TrimSpace(status)) > 0 {
+		revision += "-dirty"
+	}
+	return revision
+}
+
+// rehearseThroughSkewgate runs s with skewgate as the endpoint and on every node, logs its counts
+// and the ratio of its upgrade's wall time to the baseline's of this run, and fails on any harm.
+func rehearseThroughSkewgate(t *testing.T, s Scenario) {
+	ctx := rehearsalContext(t)
+	sg := skewgateDeployment(t, ctx)
+	s.Endpoint, s.NodeLocal = sg.Endpoint, sg.NodeLocal
+	counts, err := Run(ctx, t, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("skewgate %s: %s", upgradeKey(s), counts)
+	if baseline, ok := baselineWallTimes[upgradeKey(s)]; ok {
+		t.Logf("upgrade wall time skewgate/baseline %s: %s / %s = %.2f", upgradeKey(s), counts.UpgradeWallTime.Round(time.Second),
+			baseline.Round(time.Second), counts.UpgradeWallTime.Seconds()/baseline.Seconds())
+	}
+	if counts.DependentsWronglyDeleted != 0 {
+		t.Errorf("the garbage collector deleted %d of %d dependents whose owners exist", counts.DependentsWronglyDeleted, counts.DependentsCreated)
+	}
+	if counts.ObjectsLeftByNamespaceDeletion != 0 {
+		t.Errorf("the namespace deletion left %d of its %d objects of the new kind behind", counts.ObjectsLeftByNamespaceDeletion, counts.ObjectsInDeletedNamespace)
+	}
+	if n := counts.failedTotal(); n != 0 {
+		t.Errorf("%d of %d client requests failed: %v", n, counts.Requests, counts.Failed)
+	}
+	if counts.WatchInterruptions != 0 {
+		t.Errorf("%d watches were interrupted", counts.WatchInterruptions)
+	}
+	if len(counts.PodsFailedToStart) != 0 {
+		t.Errorf("pods failed to start: %v", counts.PodsFailedToStart)
+	}
+}
+
+// TestSkewgateUpgrade135To136ShowsNoHarm is the baseline's 1.35 -> 1.36 upgrade with skewgate as
+// the control-plane endpoint and node-local on every node: no dependent deleted, nothing left by
+// the namespace deletion, no failed request, no interrupted watch, every Pod started.
+func TestSkewgateUpgrade135To136ShowsNoHarm(t *testing.T) {
+	rehearseThroughSkewgate(t, Scenario{From: testcluster.KubeVersion135, To: testcluster.KubeVersion136, Kinds: Kinds136})
+}
+
+// TestSkewgateUpgrade130To131ShowsNoHarm is the baseline's 1.30 -> 1.31 upgrade through skewgate:
+// besides the harms of the 1.35 -> 1.36 upgrade, no list with the 1.31 kubelets' Service field
+// selector is refused, and no Pod fails for want of Services read.
+func TestSkewgateUpgrade130To131ShowsNoHarm(t *testing.T) {
+	rehearseThroughSkewgate(t, Scenario{From: testcluster.KubeVersion130, To: testcluster.KubeVersion131, Kinds: Kinds131})
+}
