@@ -75,16 +75,28 @@ type tally struct {
 	false404, false400 int
 	watchInterruptions int
 	examples           map[string]string
+	// byPhase counts failures and watch interruptions by what each node's API server answered
+	// when they happened (phase's answer), so that a log says in which step of the upgrade they
+	// came.
+	byPhase map[string]int
+	phase   func() string
 }
 
-func newTally() *tally { return &tally{failed: map[string]int{}, examples: map[string]string{}} }
+func newTally(phase func() string) *tally {
+	return &tally{failed: map[string]int{}, examples: map[string]string{}, byPhase: map[string]int{}, phase: phase}
+}
 
 // request records one request's outcome: status 0 is no HTTP answer at all.
 func (t *tally) request(what string, status int, retryAfter, noCapableServer bool, detail string) {
+	ok := status >= 200 && status < 300
+	phase := ""
+	if !ok {
+		phase = t.phase()
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.requests++
-	if status >= 200 && status < 300 {
+	if ok {
 		return
 	}
 	if status == 503 && retryAfter && noCapableServer {
@@ -96,6 +108,7 @@ func (t *tally) request(what string, status int, retryAfter, noCapableServer boo
 		key = "connection"
 	}
 	t.failed[key]++
+	t.byPhase[key+" while "+phase]++
 	switch status {
 	case 404:
 		t.false404++
@@ -108,9 +121,11 @@ func (t *tally) request(what string, status int, retryAfter, noCapableServer boo
 }
 
 func (t *tally) watchInterrupted() {
+	phase := t.phase()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.watchInterruptions++
+	t.byPhase["watch interrupted while "+phase]++
 }
 
 func (t *tally) into(c *Counts) {

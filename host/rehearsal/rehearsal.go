@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -99,7 +100,8 @@ type rehearsal struct {
 // Run runs the scenario from a cluster of three control-plane nodes at s.From to all of them at
 // s.To, and returns what it counted. It needs root.
 func Run(ctx context.Context, log testcluster.Logger, s Scenario) (counts Counts, err error) {
-	r := &rehearsal{s: s, log: log, tally: newTally(), versions: map[string]string{}, podFails: map[string]string{}}
+	r := &rehearsal{s: s, log: log, versions: map[string]string{}, podFails: map[string]string{}}
+	r.tally = newTally(r.phase)
 	if r.cluster, err = kubenode.New(ctx, log); err != nil {
 		return counts, err
 	}
@@ -259,6 +261,17 @@ func (r *rehearsal) watchVersions(ctx context.Context, wg *sync.WaitGroup) {
 			}
 		})
 	}
+}
+
+// phase is what each node's API server answers, in the nodes' order ("cp-1=v1.35.4 cp-2= …").
+func (r *rehearsal) phase() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var parts []string
+	for _, n := range r.nodes {
+		parts = append(parts, n.Name+"="+r.versions[n.Name])
+	}
+	return strings.Join(parts, " ")
 }
 
 // capable says whether a server that serves the rehearsal's resources (new ones only from
@@ -425,6 +438,9 @@ func (r *rehearsal) rehearse(ctx context.Context) (Counts, error) {
 	}
 	for key, example := range r.tally.examples {
 		r.log.Logf("first failed request with %s: %s", key, example)
+	}
+	for _, key := range slices.Sorted(maps.Keys(r.tally.byPhase)) {
+		r.log.Logf("%s: %d", key, r.tally.byPhase[key])
 	}
 	return counts, nil
 }

@@ -1,0 +1,32 @@
+package rehearsal
+
+import "testing"
+
+func TestTallyCountsFailuresByTheUpgradeStepTheyCameIn(t *testing.T) {
+	phase := "cp-1=v1.35.4 cp-2="
+	tl := newTally(func() string { return phase })
+	tl.request("GET /a", 200, false, false, "")
+	tl.request("GET /a", 404, false, false, "not found")
+	phase = "cp-1=v1.35.4 cp-2=v1.36.3"
+	tl.request("GET /a", 404, false, false, "not found")
+	tl.request("GET /a", 503, true, true, "no capable server")
+	tl.watchInterrupted()
+	want := map[string]int{
+		"404 while cp-1=v1.35.4 cp-2=":                      1,
+		"404 while cp-1=v1.35.4 cp-2=v1.36.3":               1,
+		"watch interrupted while cp-1=v1.35.4 cp-2=v1.36.3": 1,
+	}
+	if len(tl.byPhase) != len(want) {
+		t.Errorf("by phase %v, want %v", tl.byPhase, want)
+	}
+	for k, n := range want {
+		if tl.byPhase[k] != n {
+			t.Errorf("%q: %d, want %d (all: %v)", k, tl.byPhase[k], n, tl.byPhase)
+		}
+	}
+	var c Counts
+	tl.into(&c)
+	if c.Requests != 4 || c.False404 != 2 || c.Allowed503 != 1 || c.WatchInterruptions != 1 {
+		t.Errorf("counts %+v", c)
+	}
+}
