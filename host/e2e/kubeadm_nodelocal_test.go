@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -26,16 +25,14 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	"github.com/skewgate/skewgate/host/internal/ociimage"
 	"github.com/skewgate/skewgate/host/testcluster"
+	"github.com/skewgate/skewgate/host/testcluster/kubeadmskewgate"
 	"github.com/skewgate/skewgate/host/testcluster/kubenode"
 )
 
 // These scenarios run skewgate as its users do: its image, started by a real kubelet on real
 // kubeadm control-plane nodes (host/testcluster/kubenode), installed and removed by the
 // commands of host/deploy/kubeadm/README.md, read from the README itself.
-
-var kubeadmReadme = filepath.Join(deployDir, "README.md")
 
 // skewgatePort is the static Pod's --secure-port.
 const skewgatePort = "16443"
@@ -44,31 +41,9 @@ const skewgatePort = "16443"
 // heading line, in order.
 func readmeShellBlocks(t *testing.T, heading string) []string {
 	t.Helper()
-	data, err := os.ReadFile(kubeadmReadme)
+	blocks, err := kubeadmskewgate.ShellBlocks(filepath.Join(deployDir, kubeadmskewgate.README), heading)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var blocks []string
-	var block []string
-	inSection, inBlock := false, false
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		line := sc.Text()
-		trimmed := strings.TrimSpace(line)
-		switch {
-		case !inBlock && strings.HasPrefix(line, "## "):
-			inSection = strings.HasPrefix(line, heading)
-		case inSection && !inBlock && trimmed == "```sh":
-			inBlock, block = true, nil
-		case inBlock && trimmed == "```":
-			inBlock = false
-			blocks = append(blocks, strings.Join(block, "\n"))
-		case inBlock:
-			block = append(block, trimmed)
-		}
-	}
-	if len(blocks) == 0 {
-		t.Fatalf("%s: no sh blocks under %q", kubeadmReadme, heading)
 	}
 	return blocks
 }
@@ -97,58 +72,21 @@ func userDeployDir(t *testing.T, ctx context.Context) (dir, digest string) {
 	if skewgateBuild.err != nil {
 		t.Fatal(skewgateBuild.err)
 	}
-	dir = filepath.Join(t.TempDir(), "kubeadm")
-	if err := os.MkdirAll(filepath.Join(dir, "build"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"rbac.yaml", "skewgate.yaml", "point-components-at-skewgate.sh"} {
-		data, err := os.ReadFile(filepath.Join(deployDir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		writeFile(t, filepath.Join(dir, name), data)
-	}
-	binary, err := os.ReadFile(skewgateBuild.binary)
-	if err != nil {
-		t.Fatal(err)
-	}
-	module, err := os.ReadFile(skewgateBuild.wasm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := ociimage.ServerImage(binary, module, sourceRevision(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out bytes.Buffer
-	d, err := ociimage.Publish(ctx, img, ociimage.Publication{
-		Layout:    filepath.Join(dir, "build", "image"),
-		Archive:   filepath.Join(dir, "build", "skewgate-image.tar"),
-		Manifests: []string{filepath.Join(dir, "skewgate.yaml")},
-	}, &out)
+	d, err := kubeadmskewgate.PrepareDeployment(ctx, deployDir, filepath.Join(t.TempDir(), "kubeadm"),
+		skewgateBuild.binary, skewgateBuild.wasm, sourceRevision(t), &out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	size, err := ociimage.CompressedSize(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("skewgate's image: %s, %.1f MB compressed\n%s", d, float64(size)/1e6, out.String())
-	return dir, d.String()
+	t.Logf("skewgate's image: %s, %.1f MB compressed\n%s", d.Digest, float64(d.Size)/1e6, out.String())
+	return d.Dir, d.Digest
 }
 
 // runReadmeBlocks runs each block in the node, in dir, as a user types it into a shell.
 func runReadmeBlocks(t *testing.T, ctx context.Context, n *kubenode.Node, dir string, blocks []string) {
 	t.Helper()
-	for _, block := range blocks {
-		start := time.Now()
-		blockCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		out, err := n.Run(blockCtx, "sh", "-ec", "cd \"$1\"\n"+block, "sh", dir)
-		cancel()
-		if err != nil {
-			t.Fatalf("README block failed after %s:\n%s\n%v\nkubelet:\n%s", time.Since(start).Round(time.Second), block, err, n.LogTail("kubelet", 30))
-		}
-		t.Logf("README block (%s):\n%s\n%s", time.Since(start).Round(100*time.Millisecond), block, out)
+	if err := kubeadmskewgate.RunBlocks(ctx, n, dir, blocks, t); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -34,8 +34,6 @@ func (n *Node) Init(ctx context.Context) error {
 		return fmt.Errorf("node %s initialised the cluster already", c.initNode.Name)
 	}
 	c.initNode = n
-	params := c.params
-	params.kubernetesVersion = n.Version(testcluster.Kubeadm)
 	endpointSet := c.endpointIP.IsValid()
 	c.mu.Unlock()
 	if !endpointSet {
@@ -43,11 +41,23 @@ func (n *Node) Init(ctx context.Context) error {
 			return err
 		}
 	}
-	config, err := initConfig(params, n.params())
+	config, err := n.InitConfiguration()
 	if err != nil {
 		return err
 	}
 	return n.kubeadm(ctx, "init", config, "init", "--upload-certs")
+}
+
+// InitConfiguration is the kubeadm configuration Init runs kubeadm init with on the node: for the
+// steps a user takes with the same file before init, such as `kubeadm init phase certs all`,
+// whose certificates init then reuses.
+func (n *Node) InitConfiguration() ([]byte, error) {
+	c := n.cluster
+	c.mu.Lock()
+	params := c.params
+	c.mu.Unlock()
+	params.kubernetesVersion = n.Version(testcluster.Kubeadm)
+	return initConfig(params, n.params())
 }
 
 // JoinControlPlane runs kubeadm join --control-plane on the node, with the bootstrap token and

@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/skewgate/skewgate/host/testcluster"
 )
 
 // NetworkPrefix is the nodes' network. It exists only inside the network namespaces of the
@@ -162,6 +164,13 @@ func (n *Network) Listen(port int) (net.Listener, error) {
 		return err
 	})
 	return ln, err
+}
+
+// Start starts a long-running process in the bridge's network namespace, where a load balancer in
+// front of the nodes runs, with exactly the environment env, logging to logPath. It sees the
+// machine's file system. Stop it before the cluster closes: the namespace ends with the cluster.
+func (n *Network) Start(name, logPath string, env []string, argv ...string) (*testcluster.Process, error) {
+	return testcluster.StartProcess(name, logPath, n.holder.enter(env, argv...))
 }
 
 // inNamespace runs create, which makes sockets, in the bridge's network namespace. A socket
