@@ -100,3 +100,44 @@ func TestGoMemoryLimitIsSetOnceReadyUnlessGOMEMLIMITIsSet(t *testing.T) {
 		})
 	}
 }
+
+// Node-local mode collects at half the live heap once the gateway is ready
+// (its plugin compiled), and leaves a GOGC from the environment alone; other
+// modes keep Go's default.
+func TestNodeLocalCollectorTargetIsSetOnceReadyUnlessGOGCIsSet(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		nodeLocal bool
+		gogc      string
+		want      int
+	}{
+		{"node-local", true, "", nodeLocalGCPercent},
+		{"node-local GOGC=100", true, "100", 100},
+		{"not node-local", false, "", 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			debug.SetGCPercent(100)
+			// t.Setenv restores the test process's own GOGC afterwards.
+			t.Setenv("GOGC", tc.gogc)
+			if tc.gogc == "" {
+				os.Unsetenv("GOGC")
+			}
+			if tc.nodeLocal {
+				f.cfg.LocalAPIServer = f.cfg.APIServers[0]
+				f.cfg.BindAddress = ""
+			}
+			s, cancel, served := f.serve(t)
+			eventually(t, "ready", s.Ready)
+			got := debug.SetGCPercent(100)
+			if got != tc.want {
+				t.Errorf("GC percent once ready: %d; want %d", got, tc.want)
+			}
+			cancel()
+			f.release()
+			if err := <-served; err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		})
+	}
+}

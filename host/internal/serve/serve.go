@@ -394,6 +394,7 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 		// idle gateway would otherwise keep resident for minutes; the live
 		// heap afterwards is a fraction of that.
 		debug.FreeOSMemory()
+		s.tuneCollector()
 		s.limitGoMemory()
 		return nil
 	}
@@ -459,6 +460,26 @@ func (p *pluginSlot) HandleRequestHeaders(ctx context.Context, req *wasmhost.Req
 		return wasmhost.Outcome{Verdict: wasmhost.Respond, Response: &wasmhost.LocalResponse{Status: http.StatusServiceUnavailable}, Failed: errNoPlugin}
 	}
 	return host.HandleRequestHeaders(ctx, req)
+}
+
+// nodeLocalGCPercent is the Go collector's target in node-local mode: a
+// heap may grow half its live size between collections instead of all of
+// it, which keeps a gateway beside its API server about 5 MiB smaller under
+// sustained load for about 3 % more CPU time per request (RATIONALE.md).
+const nodeLocalGCPercent = 50
+
+// tuneCollector sets nodeLocalGCPercent in node-local mode unless GOGC set
+// a target: after compiling, whose churn would otherwise be collected twice
+// as often.
+func (s *Server) tuneCollector() {
+	if s.cfg.LocalAPIServer == "" {
+		return
+	}
+	if env, ok := os.LookupEnv("GOGC"); ok {
+		s.log.Info("GOGC is set: the node-local collector target left unapplied", "GOGC", env)
+		return
+	}
+	debug.SetGCPercent(nodeLocalGCPercent)
 }
 
 // limitGoMemory sets --go-memory-limit-bytes as the Go runtime's soft memory

@@ -132,10 +132,13 @@ func newFixture(t *testing.T) *fixture {
 	if _, err := os.Stat(builtPlugin); err != nil {
 		t.Fatalf("the built plugin is missing: run `make build` first (%v)", err)
 	}
-	// A node-local Server limits the process's Go memory once ready; the
-	// tests after it run without that limit.
+	// A node-local Server limits the process's Go memory and sets the
+	// collector's target once ready; the tests after it run without either.
 	memoryLimit := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(memoryLimit) })
+	gcPercent := debug.SetGCPercent(100)
+	debug.SetGCPercent(gcPercent)
+	t.Cleanup(func() { debug.SetGCPercent(gcPercent) })
 	dir := t.TempDir()
 	ca, err := devpki.NewCA("test-ca")
 	if err != nil {

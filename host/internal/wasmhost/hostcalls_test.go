@@ -1,6 +1,7 @@
 package wasmhost
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"log/slog"
@@ -618,4 +619,37 @@ func TestHTTPCallResponseIsUnavailableOutsideItsCallback(t *testing.T) {
 		expectStatus(t, "get pairs", p.env("proxy_get_header_map_pairs", mapType, outPtr, outSize), statusBadArgument)
 	}
 	expectStatus(t, "body", p.env("proxy_get_buffer_bytes", bufferTypeHTTPCallResponseBody, 0, 10, outPtr, outSize), statusNotFound)
+}
+
+// The plugin answers merged discovery with the same document request after
+// request: a reply whose body is the previous reply's shares its bytes instead
+// of copying them out of guest memory again, and a different body is copied.
+func TestALocalReplyRepeatingThePreviousBodySharesItsBytes(t *testing.T) {
+	h := newBenchPluginHost(t, 1)
+	ix := benchIndex(t)
+	serve := func(path string) []byte {
+		t.Helper()
+		req := pluginBenchRequest{method: "GET", target: path,
+			extra: [][2]string{{"accept", benchAcceptAggregated + ",application/json"}}}.request()
+		out := h.HandleRequestHeaders(context.Background(), req)
+		if out.Failed != nil || out.Verdict != Respond || out.Response.Status != 200 {
+			t.Fatalf("GET %s: outcome %+v; want the merged document", path, out)
+		}
+		return out.Response.Body
+	}
+	apis, core := ix.MergedAPIs().Body, ix.MergedCoreAPI().Body
+	first, second := serve("/apis"), serve("/apis")
+	if !bytes.Equal(first, apis) || !bytes.Equal(second, apis) {
+		t.Fatal("GET /apis twice: a body other than the merged /apis document")
+	}
+	if &first[0] != &second[0] {
+		t.Error("GET /apis twice: the second reply copied the body again; want the first reply's bytes")
+	}
+	other := serve("/api")
+	if !bytes.Equal(other, core) || &other[0] == &first[0] {
+		t.Error("GET /api after /apis: want the merged /api document in bytes of its own")
+	}
+	if again := serve("/apis"); !bytes.Equal(again, apis) || !bytes.Equal(first, apis) {
+		t.Error("GET /apis after /api: a reply's body changed")
+	}
 }

@@ -101,6 +101,8 @@ type instance struct {
 	callResponse  callResponse
 	lastGuestErr  string
 	scratch       []byte
+	// lastLocalBody is the body of the last local reply, which the next one shares if it is the same.
+	lastLocalBody []byte
 	output        [2][]byte // stdout and stderr bytes not yet ended by a newline
 
 	// callStart is the start of the running guest callback (host clock, 0 when idle), read by the watchdog.

@@ -89,7 +89,8 @@ type LocalResponse struct {
 	// Headers are added to the reply (Envoy adds them, it does not replace defaults); keys as the plugin sent
 	// them, lower-cased.
 	Headers [][2]string
-	Body    []byte
+	// Body may be shared with other replies of the same instance: read it, never write it.
+	Body []byte
 	// Details is the response-code detail string with whitespace replaced by '_', as Envoy records it.
 	Details string
 	// GRPCStatus is the gRPC status to send when the request is a gRPC request, or -1 for none (values outside
