@@ -82,12 +82,14 @@ demo: build
 
 test: build unit cluster-test fuzz
 
-# Day-to-day work: what `make test` runs but the real clusters and fuzzing.
+# Day-to-day work: what `make test` runs but the real clusters and fuzzing. The
+# rehearsal package's own unit tests run here; its upgrades run in `make rehearsal`.
 test-unit: build unit
 
 unit:
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e /host/e2e -e /host/testcluster -e /host/rehearsal)
+	$(GO) test -count=1 -skip '^Test(Baseline|Skewgate)Upgrade|^TestBaselineControllers' ./host/rehearsal/
 
 test-binaries:
 	$(GO) run ./host/testcluster/cmd/kubebin -only "$(TEST_BINARIES)"
