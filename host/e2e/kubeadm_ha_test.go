@@ -193,20 +193,7 @@ func TestKubeadmHAControlPlaneBehindSkewgateKeepsWorkingWhenOneAPIServerStops(t 
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	scenarioStart := time.Now()
-	c, err := kubenode.New(ctx, t)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, n := range c.Nodes() {
-			if t.Failed() {
-				t.Logf("node %s, kubelet log:\n%s", n.Name, n.LogTail("kubelet", 40))
-			}
-		}
-		if err := c.Close(); err != nil {
-			t.Errorf("teardown: %v", err)
-		}
-	})
+	c := newKubeadmCluster(ctx, t)
 	dir, digest := userDeployDir(t, ctx)
 
 	var nodes []*kubenode.Node

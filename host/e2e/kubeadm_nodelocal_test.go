@@ -337,10 +337,10 @@ func logNodeUsage(t *testing.T, n *kubenode.Node) {
 	t.Logf("node %s: %d processes, RSS %d MiB, CPU %.1f s in all:\n  %s", n.Name, len(usage), rss>>20, cpu, strings.Join(lines, "\n  "))
 }
 
-func TestKubeadmNodeLocalSkewgateInstalledAndRemovedAsTheREADMESays(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	scenarioStart := time.Now()
+// newKubeadmCluster starts an empty real-node cluster, torn down when t ends,
+// with each node's kubelet log shown when t failed.
+func newKubeadmCluster(ctx context.Context, t *testing.T) *kubenode.Cluster {
+	t.Helper()
 	c, err := kubenode.New(ctx, t)
 	if err != nil {
 		t.Fatal(err)
@@ -355,6 +355,14 @@ func TestKubeadmNodeLocalSkewgateInstalledAndRemovedAsTheREADMESays(t *testing.T
 			t.Errorf("teardown: %v", err)
 		}
 	})
+	return c
+}
+
+func TestKubeadmNodeLocalSkewgateInstalledAndRemovedAsTheREADMESays(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	scenarioStart := time.Now()
+	c := newKubeadmCluster(ctx, t)
 	dir, digest := userDeployDir(t, ctx)
 
 	n, err := c.AddNode(ctx, "cp-1", testcluster.KubeVersion136)
