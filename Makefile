@@ -183,12 +183,18 @@ oci: $(WASM)
 # (build/skewgate-image.tar), prints its digest and, for a binary built from a
 # commit, pins it in the kubeadm manifest with that revision. The image is a
 # function of the two files: the same commit and Go release give the same digest.
-# IMAGE_REF=HOST:PORT/REPO:TAG also pushes it.
+# IMAGE_REF=HOST:PORT/REPO:TAG also pushes it. skewgate-xds gets an image of
+# its own the same way (build/image-xds/, build/skewgate-xds-image.tar;
+# XDS_IMAGE_REF pushes it).
 image: build
-	$(GO) run ./host/cmd/serverimage --binary $(BIN) --wasm $(WASM) --revision $(REVISION) \
+	$(GO) build -trimpath -o build/serverimage ./host/cmd/serverimage
+	build/serverimage --binary $(BIN) --wasm $(WASM) --revision $(REVISION) \
 		--layout build/image --archive build/skewgate-image.tar \
 		--manifest host/deploy/kubeadm/skewgate.yaml \
 		$(if $(IMAGE_REF),--push $(IMAGE_REF))
+	build/serverimage --xds-binary $(BIN_XDS) --revision $(REVISION) \
+		--layout build/image-xds --archive build/skewgate-xds-image.tar \
+		$(if $(XDS_IMAGE_REF),--push $(XDS_IMAGE_REF))
 
 clean:
 	rm -rf build bin

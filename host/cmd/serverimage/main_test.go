@@ -55,7 +55,7 @@ func TestRunPinsTheImageAndItsRevisionAndWritesLayoutAndArchive(t *testing.T) {
 		t.Errorf("layout names the image %v; want it anonymous, so that ctr images import --base-name REPO --digests names it REPO@DIGEST", im.Manifests[0].Annotations)
 	}
 	digest := im.Manifests[0].Digest.String()
-	if !strings.Contains(out.String(), "pack to "+digest) {
+	if !strings.Contains(out.String(), "into "+digest) {
 		t.Errorf("output does not print the digest %s:\n%s", digest, out.String())
 	}
 	got, err := os.ReadFile(manifest)
@@ -95,6 +95,12 @@ func TestRunRejectsMissingInputsAsUsage(t *testing.T) {
 	var out bytes.Buffer
 	if err := run(t.Context(), []string{"--binary", builtBinary}, &out, &out); err == nil || !strings.Contains(err.Error(), "required") {
 		t.Errorf("error %v, want the required flags named", err)
+	}
+	if err := run(t.Context(), []string{"--xds-binary", "bin/skewgate-xds", "--binary", builtBinary, "--revision", revision}, &out, &out); err == nil || !strings.Contains(err.Error(), "--xds-binary") {
+		t.Errorf("--xds-binary with --binary: error %v, want --xds-binary named", err)
+	}
+	if err := run(t.Context(), []string{"--binary", builtBinary, "--revision", revision}, &out, &out); err == nil || !strings.Contains(err.Error(), "--wasm") {
+		t.Errorf("--binary without --wasm: error %v, want --wasm named", err)
 	}
 	if err := run(t.Context(), []string{"--no-such-flag"}, &out, &out); !errors.Is(err, cmdline.ErrUsage) {
 		t.Errorf("error %v, want the usage error", err)

@@ -22,6 +22,8 @@ import (
 const (
 	ServerBinary = "/usr/local/bin/skewgate"
 	ServerModule = "/usr/local/lib/skewgate/skewgate.wasm"
+	// XDSBinary is where the xDS management server's image holds skewgate-xds.
+	XDSBinary = "/usr/local/bin/skewgate-xds"
 	// RevisionLabel is the label that carries the source revision the binary
 	// was built from.
 	RevisionLabel = "org.opencontainers.image.revision"
@@ -40,39 +42,71 @@ var revisionPattern = regexp.MustCompile(`^[0-9a-f]{40,64}(-dirty)?$`)
 // binary's own. The binary must be static (CGO_ENABLED=0): the image has no C
 // library to load.
 func ServerImage(binary, module []byte, revision string) (v1.Image, error) {
-	if !revisionPattern.MatchString(revision) {
-		return nil, fmt.Errorf("revision %q is not a commit (with -dirty for a modified tree)", revision)
-	}
 	if !bytes.HasPrefix(module, wasmHeader) {
 		return nil, errors.New("the module is not a WebAssembly binary module")
 	}
+	arch, _, err := staticLinuxBinary(binary, revision)
+	if err != nil {
+		return nil, err
+	}
+	return image([]file{
+		{name: ServerBinary[1:], mode: 0o755, content: binary},
+		{name: ServerModule[1:], mode: 0o644, content: module},
+	}, binaryConfig(ServerBinary, revision), v1.Platform{OS: "linux", Architecture: arch})
+}
+
+// XDSImage packs skewgate-xds, the controller and xDS management server of
+// Envoy fleets, as ServerImage packs the server: the binary alone (Envoy
+// loads the module, not skewgate-xds), on the same terms. A binary of another
+// command is refused, so that the two images cannot be swapped.
+func XDSImage(binary []byte, revision string) (v1.Image, error) {
+	arch, mainPath, err := staticLinuxBinary(binary, revision)
+	if err != nil {
+		return nil, err
+	}
+	if path.Base(mainPath) != path.Base(XDSBinary) {
+		return nil, fmt.Errorf("the binary is %s, not %s", mainPath, path.Base(XDSBinary))
+	}
+	return image([]file{{name: XDSBinary[1:], mode: 0o755, content: binary}},
+		binaryConfig(XDSBinary, revision), v1.Platform{OS: "linux", Architecture: arch})
+}
+
+// staticLinuxBinary checks the revision and that binary is a static Go
+// program for Linux, and returns its architecture and main package.
+func staticLinuxBinary(binary []byte, revision string) (arch, mainPath string, err error) {
+	if !revisionPattern.MatchString(revision) {
+		return "", "", fmt.Errorf("revision %q is not a commit (with -dirty for a modified tree)", revision)
+	}
 	info, err := buildinfo.Read(bytes.NewReader(binary))
 	if err != nil {
-		return nil, fmt.Errorf("the binary carries no Go build information: %w", err)
+		return "", "", fmt.Errorf("the binary carries no Go build information: %w", err)
 	}
 	settings := map[string]string{}
 	for _, s := range info.Settings {
 		settings[s.Key] = s.Value
 	}
 	if settings["GOOS"] != "linux" {
-		return nil, fmt.Errorf("the binary is for %s; the image is for Linux nodes", settings["GOOS"])
+		return "", "", fmt.Errorf("the binary is for %s; the image is for Linux nodes", settings["GOOS"])
 	}
 	f, err := elf.NewFile(bytes.NewReader(binary))
 	if err != nil {
-		return nil, err
+		return "", "", err
 	}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			return nil, errors.New("the binary is linked dynamically; build it with CGO_ENABLED=0")
+			return "", "", errors.New("the binary is linked dynamically; build it with CGO_ENABLED=0")
 		}
 	}
-	return image([]file{
-		{name: ServerBinary[1:], mode: 0o755, content: binary},
-		{name: ServerModule[1:], mode: 0o644, content: module},
-	}, v1.Config{
-		Entrypoint: []string{ServerBinary},
-		Env:        []string{"PATH=" + path.Dir(ServerBinary)},
+	return settings["GOARCH"], info.Path, nil
+}
+
+// binaryConfig runs entrypoint as the image's non-root default user, found by
+// its name on PATH, and labels the image with its revision.
+func binaryConfig(entrypoint, revision string) v1.Config {
+	return v1.Config{
+		Entrypoint: []string{entrypoint},
+		Env:        []string{"PATH=" + path.Dir(entrypoint)},
 		User:       serverUser,
 		Labels:     map[string]string{RevisionLabel: revision},
-	}, v1.Platform{OS: "linux", Architecture: settings["GOARCH"]})
+	}
 }

@@ -191,3 +191,50 @@ func TestServerImageArchiveIsReproducible(t *testing.T) {
 		t.Errorf("two builds from the same files wrote different archives (%d and %d bytes)", len(archives[0]), len(archives[1]))
 	}
 }
+
+// builtXDSBinary is skewgate-xds as `make build` leaves it.
+const builtXDSBinary = "../../../bin/skewgate-xds"
+
+func TestXDSImageHoldsSkewgateXDSAloneForANonRootUserAndRefusesTheServer(t *testing.T) {
+	binary, err := os.ReadFile(builtXDSBinary)
+	if err != nil {
+		t.Fatalf("the built skewgate-xds is missing (run `make build`): %v", err)
+	}
+	img, err := XDSImage(binary, testRevision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, files := layerEntries(t, img)
+	want := []string{
+		"5 usr/ rwxr-xr-x", "5 usr/local/ rwxr-xr-x", "5 usr/local/bin/ rwxr-xr-x",
+		"0 usr/local/bin/skewgate-xds rwxr-xr-x",
+	}
+	if !slices.Equal(entries, want) {
+		t.Errorf("layer entries\n%s\nwant (no shell, nothing else)\n%s", strings.Join(entries, "\n"), strings.Join(want, "\n"))
+	}
+	if !bytes.Equal(files[XDSBinary], binary) {
+		t.Errorf("the image's %s differs from the packed binary", XDSBinary)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Config.User != serverUser || !slices.Equal(cfg.Config.Entrypoint, []string{XDSBinary}) ||
+		cfg.Config.Labels[RevisionLabel] != testRevision || cfg.OS != "linux" || !cfg.Created.Equal(epoch) {
+		t.Errorf("config user %q, entrypoint %q, labels %v, os %s, created %v", cfg.Config.User, cfg.Config.Entrypoint,
+			cfg.Config.Labels, cfg.OS, cfg.Created)
+	}
+	again, err := XDSImage(slices.Clone(binary), testRevision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d1, d2 := mustDigest(t, img), mustDigest(t, again); d1 != d2 {
+		t.Errorf("two builds of the same binary: digests %s and %s", d1, d2)
+	}
+	if _, err := XDSImage(readBuiltBinary(t), testRevision); err == nil || !strings.Contains(err.Error(), "not skewgate-xds") {
+		t.Errorf("the server's binary packed as skewgate-xds: error %v", err)
+	}
+	if _, err := XDSImage(binary, "HEAD"); err == nil || !strings.Contains(err.Error(), "not a commit") {
+		t.Errorf("revision HEAD: error %v", err)
+	}
+}
