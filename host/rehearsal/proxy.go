@@ -130,13 +130,9 @@ func serveRoundRobin(ln net.Listener, dial dialFunc, backends []*url.URL, hostPa
 	p.server = &http.Server{
 		Handler:   proxy,
 		Protocols: protocols,
-		TLSConfig: &tls.Config{
-			MinVersion:     tls.VersionTLS12,
-			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return p.pki.serving() },
-			ClientAuth:     tls.RequestClientCert,
-			// Verified here because the cluster CA exists only once kubeadm init has written it.
-			VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error { return p.pki.verifyClient(raw) },
-		},
+		// Per connection, because the cluster's certificates exist only once kubeadm init has
+		// written them.
+		TLSConfig:         &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return p.pki.serverConfig() }},
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          log2(log),
 	}
@@ -181,19 +177,24 @@ func (p *RoundRobinProxy) transport(asserting bool) *http.Transport {
 	protocols.SetHTTP1(true)
 	protocols.SetHTTP2(true)
 	return &http.Transport{
-		Protocols:   protocols,
-		DialContext: p.dial,
-		TLSClientConfig: &tls.Config{
-			MinVersion: tls.VersionTLS12,
-			// The CA and the front-proxy certificate appear only once kubeadm init wrote them.
-			InsecureSkipVerify: true,
-			VerifyConnection:   p.pki.verifyServer,
-			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-				if !asserting {
-					return &tls.Certificate{}, nil
-				}
-				return p.pki.frontProxyClient()
-			},
+		Protocols: protocols,
+		// Per connection, because the CA and the front-proxy certificate appear only once
+		// kubeadm init has written them.
+		DialTLSContext: func(ctx context.Context, network, address string) (net.Conn, error) {
+			cfg, err := p.pki.clientConfig(address, asserting)
+			if err != nil {
+				return nil, err
+			}
+			conn, err := p.dial(ctx, network, address)
+			if err != nil {
+				return nil, err
+			}
+			tc := tls.Client(conn, cfg)
+			if err := tc.HandshakeContext(ctx); err != nil {
+				conn.Close()
+				return nil, err
+			}
+			return tc, nil
 		},
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
@@ -277,58 +278,35 @@ func (l *lazyPKI) load() error {
 	return nil
 }
 
-func (l *lazyPKI) serving() (*tls.Certificate, error) {
+// nextProtos offers HTTP/2 and HTTP/1.1 on both sides, as the API servers do.
+var nextProtos = []string{"h2", "http/1.1"}
+
+// serverConfig serves the API server's certificate and verifies the client certificates given
+// against the cluster CA.
+func (l *lazyPKI) serverConfig() (*tls.Config, error) {
 	if err := l.load(); err != nil {
 		return nil, err
 	}
-	return l.cert, nil
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12, NextProtos: nextProtos,
+		Certificates: []tls.Certificate{*l.cert},
+		ClientCAs:    l.ca, ClientAuth: tls.VerifyClientCertIfGiven,
+	}, nil
 }
 
-func (l *lazyPKI) frontProxyClient() (*tls.Certificate, error) {
+// clientConfig reaches the API server at address, verified against the cluster CA for the address
+// dialled, presenting the front-proxy client certificate if asserting.
+func (l *lazyPKI) clientConfig(address string, asserting bool) (*tls.Config, error) {
 	if err := l.load(); err != nil {
 		return nil, err
 	}
-	return l.frontProxy, nil
-}
-
-func (l *lazyPKI) verifyClient(raw [][]byte) error {
-	if len(raw) == 0 {
-		return nil
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
 	}
-	if err := l.load(); err != nil {
-		return err
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: nextProtos, RootCAs: l.ca, ServerName: host}
+	if asserting {
+		cfg.Certificates = []tls.Certificate{*l.frontProxy}
 	}
-	return verifyChain(raw, l.ca, "", x509.ExtKeyUsageClientAuth)
-}
-
-// verifyServer verifies an API server's certificate for the address dialled.
-func (l *lazyPKI) verifyServer(cs tls.ConnectionState) error {
-	if err := l.load(); err != nil {
-		return err
-	}
-	raw := make([][]byte, len(cs.PeerCertificates))
-	for i, c := range cs.PeerCertificates {
-		raw[i] = c.Raw
-	}
-	return verifyChain(raw, l.ca, cs.ServerName, x509.ExtKeyUsageServerAuth)
-}
-
-func verifyChain(raw [][]byte, roots *x509.CertPool, name string, usage x509.ExtKeyUsage) error {
-	if len(raw) == 0 {
-		return errors.New("no certificate")
-	}
-	certs := make([]*x509.Certificate, len(raw))
-	for i, r := range raw {
-		c, err := x509.ParseCertificate(r)
-		if err != nil {
-			return err
-		}
-		certs[i] = c
-	}
-	intermediates := x509.NewCertPool()
-	for _, c := range certs[1:] {
-		intermediates.AddCert(c)
-	}
-	_, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: intermediates, DNSName: name, KeyUsages: []x509.ExtKeyUsage{usage}})
-	return err
+	return cfg, nil
 }
