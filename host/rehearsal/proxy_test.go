@@ -1,15 +1,9 @@
 package rehearsal
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,62 +15,26 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/skewgate/skewgate/host/internal/devpki"
 )
 
-// testCA signs the certificates of one test, as kubeadm's CAs do.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-func newTestCA(t *testing.T, name string) *testCA {
+func mustCA(t *testing.T, name string) *devpki.CA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := devpki.NewCA(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key}
+	return ca
 }
 
-// issue returns a certificate and key signed by ca, PEM-encoded.
-func (ca *testCA) issue(t *testing.T, subject pkix.Name, usage x509.ExtKeyUsage, ips ...net.IP) (certPEM, keyPEM []byte) {
+func mustClient(t *testing.T, ca *devpki.CA, subject pkix.Name) tls.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	l, err := ca.Client(subject)
 	if err != nil {
 		t.Fatal(err)
 	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: subject, IPAddresses: ips,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-}
-
-func (ca *testCA) pem() []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw})
+	return l.TLSCertificate()
 }
 
 // seen is what a backend received of one request.
@@ -89,9 +47,7 @@ type seen struct {
 }
 
 func TestRoundRobinProxyTakesHealthyServersInTurnAndAssertsVerifiedClientIdentities(t *testing.T) {
-	ca := newTestCA(t, "kubernetes")
-	frontProxyCA := newTestCA(t, "front-proxy-ca")
-	loopback := net.IPv4(127, 0, 0, 1)
+	ca, frontProxyCA, strangerCA := mustCA(t, "kubernetes"), mustCA(t, "front-proxy-ca"), mustCA(t, "stranger")
 	pki := t.TempDir()
 	write := func(name string, data []byte) {
 		path := filepath.Join(pki, "etc/kubernetes/pki", name)
@@ -102,20 +58,25 @@ func TestRoundRobinProxyTakesHealthyServersInTurnAndAssertsVerifiedClientIdentit
 			t.Fatal(err)
 		}
 	}
-	write("ca.crt", ca.pem())
-	servingCert, servingKey := ca.issue(t, pkix.Name{CommonName: "kube-apiserver"}, x509.ExtKeyUsageServerAuth, loopback)
-	write("apiserver.crt", servingCert)
-	write("apiserver.key", servingKey)
-	fpCert, fpKey := frontProxyCA.issue(t, pkix.Name{CommonName: "front-proxy-client"}, x509.ExtKeyUsageClientAuth)
-	write("front-proxy-client.crt", fpCert)
-	write("front-proxy-client.key", fpKey)
+	writeLeaf := func(name string, l *devpki.Leaf, err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, err := l.KeyPEM()
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(name+".crt", l.CertPEM())
+		write(name+".key", key)
+	}
+	write("ca.crt", ca.CertPEM())
+	serving, err := ca.Serving("kube-apiserver", "127.0.0.1")
+	writeLeaf("apiserver", serving, err)
+	frontProxy, err := frontProxyCA.Client(pkix.Name{CommonName: "front-proxy-client"})
+	writeLeaf("front-proxy-client", frontProxy, err)
 
 	var mu sync.Mutex
 	var requests []seen
-	serving, err := tls.X509KeyPair(servingCert, servingKey)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var backends []*url.URL
 	for i := range 2 {
 		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -131,7 +92,7 @@ func TestRoundRobinProxyTakesHealthyServersInTurnAndAssertsVerifiedClientIdentit
 			requests = append(requests, s)
 			mu.Unlock()
 		}))
-		srv.TLS = &tls.Config{Certificates: []tls.Certificate{serving}, ClientAuth: tls.RequestClientCert}
+		srv.TLS = &tls.Config{Certificates: []tls.Certificate{serving.TLSCertificate()}, ClientAuth: tls.RequestClientCert}
 		srv.StartTLS()
 		t.Cleanup(srv.Close)
 		u, _ := url.Parse(srv.URL)
@@ -161,13 +122,8 @@ func TestRoundRobinProxyTakesHealthyServersInTurnAndAssertsVerifiedClientIdentit
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	roots := x509.NewCertPool()
-	roots.AddCert(ca.cert)
-	aliceCert, aliceKey := ca.issue(t, pkix.Name{CommonName: "alice", Organization: []string{"team", "system:authenticated"}}, x509.ExtKeyUsageClientAuth)
-	alice, err := tls.X509KeyPair(aliceCert, aliceKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	roots := ca.Pool()
+	alice := mustClient(t, ca, pkix.Name{CommonName: "alice", Organization: []string{"team", "system:authenticated"}})
 	client := func(certs ...tls.Certificate) *http.Client {
 		return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: certs}}}
 	}
@@ -194,12 +150,7 @@ func TestRoundRobinProxyTakesHealthyServersInTurnAndAssertsVerifiedClientIdentit
 	send(client(), "Authorization", "Bearer bootstrap-token")
 
 	// A client certificate of another CA does not get through the handshake.
-	strangerCA := newTestCA(t, "stranger")
-	strangerCert, strangerKey := strangerCA.issue(t, pkix.Name{CommonName: "mallory"}, x509.ExtKeyUsageClientAuth)
-	stranger, err := tls.X509KeyPair(strangerCert, strangerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stranger := mustClient(t, strangerCA, pkix.Name{CommonName: "mallory"})
 	// Presented whatever CAs the proxy names as acceptable, as a client trying its luck would.
 	insistent := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &stranger, nil }}}}
