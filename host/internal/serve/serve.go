@@ -472,26 +472,26 @@ const nodeLocalGCPercent = 50
 // a target: after compiling, whose churn would otherwise be collected twice
 // as often.
 func (s *Server) tuneCollector() {
-	if s.cfg.LocalAPIServer == "" {
-		return
+	if s.cfg.LocalAPIServer != "" {
+		s.unlessEnvironmentSets("GOGC", "the node-local collector target", func() { debug.SetGCPercent(nodeLocalGCPercent) })
 	}
-	if env, ok := os.LookupEnv("GOGC"); ok {
-		s.log.Info("GOGC is set: the node-local collector target left unapplied", "GOGC", env)
-		return
-	}
-	debug.SetGCPercent(nodeLocalGCPercent)
 }
 
 // limitGoMemory sets --go-memory-limit-bytes as the Go runtime's soft memory
 // limit, unless GOMEMLIMIT set one: after compiling, so that the compiler's
 // churn is not collected back to back.
 func (s *Server) limitGoMemory() {
-	if s.cfg.GoMemoryLimitBytes == 0 {
+	if s.cfg.GoMemoryLimitBytes != 0 {
+		s.unlessEnvironmentSets("GOMEMLIMIT", "--go-memory-limit-bytes", func() { debug.SetMemoryLimit(s.cfg.GoMemoryLimitBytes) })
+	}
+}
+
+// unlessEnvironmentSets applies a runtime setting unless the environment
+// variable that sets it is set: the operator's choice wins, and is logged.
+func (s *Server) unlessEnvironmentSets(variable, setting string, apply func()) {
+	if value, ok := os.LookupEnv(variable); ok {
+		s.log.Info(variable+" is set: "+setting+" left unapplied", variable, value)
 		return
 	}
-	if env, ok := os.LookupEnv("GOMEMLIMIT"); ok {
-		s.log.Info("GOMEMLIMIT is set: --go-memory-limit-bytes left unapplied", "GOMEMLIMIT", env)
-		return
-	}
-	debug.SetMemoryLimit(s.cfg.GoMemoryLimitBytes)
+	apply()
 }
