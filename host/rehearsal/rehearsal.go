@@ -511,7 +511,7 @@ func (r *rehearsal) upgradeNode(ctx context.Context, n *kubenode.Node, first boo
 	}
 	argv = append(argv, "--patches", r.patches, "--ignore-preflight-errors", ignoredPreflightErrors, "--v=1")
 	if out, err := n.Run(ctx, argv...); err != nil {
-		return fmt.Errorf("node %s: %s: %w\n%s", n.Name, strings.Join(argv[:3], " "), err, lastLines(out, 30))
+		return fmt.Errorf("node %s: %s: %w\n%s", n.Name, strings.Join(argv[:3], " "), err, testcluster.LastLines(out, 30))
 	}
 	r.log.Logf("node %s: %s took %s", n.Name, strings.Join(argv[:3], " "), time.Since(start).Round(time.Second))
 	if r.s.ControllersThroughEndpoint {
@@ -557,14 +557,6 @@ func (r *rehearsal) upgradeNode(ctx context.Context, n *kubenode.Node, first boo
 	}
 	r.log.Logf("node %s upgraded to %s in %s", n.Name, r.s.To, time.Since(start).Round(time.Second))
 	return nil
-}
-
-func lastLines(b []byte, n int) string {
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // waitKubelet waits until the node reports the kubelet of s.To.

@@ -372,7 +372,7 @@ func verifyBinary(ctx context.Context, path string, r recipe, version string) er
 	defer cancel()
 	out, err := exec.CommandContext(ctx, path, r.versionArgs...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("%s %s: %w: %s", path, strings.Join(r.versionArgs, " "), err, tail(out, 5))
+		return fmt.Errorf("%s %s: %w: %s", path, strings.Join(r.versionArgs, " "), err, LastLines(out, 5))
 	}
 	if want := r.versionText(version); !strings.Contains(string(out), want) {
 		return fmt.Errorf("%s %s printed %q, want it to contain %q", path, strings.Join(r.versionArgs, " "), out, want)
@@ -446,7 +446,7 @@ func buildModule(ctx context.Context, module *moduleRecipe, version string, pack
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Run(); err != nil {
-			return nil, fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, tail(stderr.Bytes(), 30))
+			return nil, fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, LastLines(stderr.Bytes(), 30))
 		}
 		return stdout.Bytes(), nil
 	}
@@ -656,8 +656,8 @@ func kubeVersionLDFlags(version string, released time.Time) (string, error) {
 	return strings.Join(flags, " "), nil
 }
 
-// tail returns the last n lines of out.
-func tail(out []byte, n int) string {
+// LastLines returns the last n lines of out, for the logs of failed commands.
+func LastLines(out []byte, n int) string {
 	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]

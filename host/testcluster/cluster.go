@@ -404,7 +404,7 @@ func (c *Cluster) waitReady(ctx context.Context, s *apiServer) error {
 		case status == http.StatusOK:
 			return nil
 		default:
-			lastStatus = fmt.Sprintf("HTTP %d: %s", status, tail(body, 8))
+			lastStatus = fmt.Sprintf("HTTP %d: %s", status, LastLines(body, 8))
 		}
 		select {
 		case <-ctx.Done():

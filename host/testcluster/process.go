@@ -97,7 +97,7 @@ func tailOfFile(path string, n int) string {
 	if err != nil {
 		return fmt.Sprintf("(log unreadable: %v)", err)
 	}
-	return tail(data, n)
+	return LastLines(data, n)
 }
 
 // LogContains reports whether the process log contains s.

@@ -201,18 +201,9 @@ func runCommand(ctx context.Context, argv []string) ([]byte, error) {
 		if len(out) == 0 {
 			out = stdout.Bytes()
 		}
-		return stdout.Bytes(), fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, lastLines(out, 20))
+		return stdout.Bytes(), fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, testcluster.LastLines(out, 20))
 	}
 	return stdout.Bytes(), nil
-}
-
-// lastLines returns the last n lines of out.
-func lastLines(out []byte, n int) string {
-	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // errNotYet marks a condition being waited for that does not hold yet.

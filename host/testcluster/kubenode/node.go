@@ -403,7 +403,7 @@ func (n *Node) LogTail(name string, lines int) string {
 	if err != nil {
 		return fmt.Sprintf("(no log: %v)", err)
 	}
-	return lastLines(data, lines)
+	return testcluster.LastLines(data, lines)
 }
 
 // HostPath returns where the node's file path is on the machine: its own directories are in the
