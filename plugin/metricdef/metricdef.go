@@ -201,7 +201,7 @@ var (
 	ControllerServers = Metric{Name: "skewgate_controller_servers", Type: Gauge, Exporter: Controller,
 		Help: "API servers known and probed."}
 	ControllerServersHealthy = Metric{Name: "skewgate_controller_servers_healthy", Type: Gauge, Exporter: Controller,
-		Help: "API servers considered healthy: /readyz last answered 200, and fewer consecutive probes than the failure threshold went unanswered since."}
+		Help: "API servers considered healthy: /readyz last answered 200, no connection was refused since, and fewer consecutive probes than the failure threshold timed out or lost their connection since."}
 	ControllerSnapshotGeneration = Metric{Name: "skewgate_controller_snapshot_generation", Type: Gauge, Exporter: Controller,
 		Help: "Generation of the last published snapshot."}
 	ControllerSnapshotServers = Metric{Name: "skewgate_controller_snapshot_servers", Type: Gauge, Exporter: Controller,

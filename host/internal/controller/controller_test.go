@@ -238,8 +238,8 @@ func TestUnreachableServerStaysUnhealthyForTheGracePeriodThenLeaves(t *testing.T
 	if got := snapshotIDs(removed.snap); !slices.Equal(got, []string{ClusterName(a.address)}) {
 		t.Errorf("servers after removal = %v", got)
 	}
-	if metricValue(t, c, fetchErrorSeries(b.address, pathReadyz, reasonUnreachable)) == 0 {
-		t.Error("unreachable /readyz not counted")
+	if metricValue(t, c, fetchErrorSeries(b.address, pathReadyz, reasonRefused)) == 0 {
+		t.Error("refused /readyz not counted")
 	}
 	if got := metricValue(t, c, "skewgate_controller_snapshot_servers"); got != 1 {
 		t.Errorf("snapshot servers metric = %v, want 1", got)

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/skewgate/skewgate/discovery"
@@ -37,6 +38,7 @@ const (
 // Why a request failed; the values label the fetch error metric.
 const (
 	reasonUnreachable = "unreachable"
+	reasonRefused     = "refused"
 	reasonTimeout     = "timeout"
 	reasonTLS         = "tls"
 	reasonNotReady    = "not_ready"
@@ -55,10 +57,15 @@ type fetchError struct {
 
 func (e *fetchError) Error() string { return e.path + ": " + e.reason + ": " + e.err.Error() }
 
-// conclusive reports whether the server answered, or presented a certificate
-// that was refused: asking again at once would get the same, unlike a probe
-// that timed out or could not connect.
-func (e *fetchError) conclusive() bool { return e.reason == reasonNotReady || e.reason == reasonTLS }
+// conclusive reports whether the server answered, presented a certificate
+// that was refused, or nothing listens at its address: asking again at once
+// would get the same, unlike a probe that timed out or lost its connection.
+// A refused connection is a stopped or restarting kube-apiserver, whose
+// successor answers 403 to everyone until its RBAC is loaded: waiting for
+// more probes would route requests into that window.
+func (e *fetchError) conclusive() bool {
+	return e.reason == reasonNotReady || e.reason == reasonTLS || e.reason == reasonRefused
+}
 
 // fetched is one of a server's documents as the snapshot carries it, with
 // the ETag it was served with; ok is false until one was fetched.
@@ -124,8 +131,8 @@ func (f *fetcher) do(ctx context.Context, method, address, path string, body []b
 	return out, nil
 }
 
-// transportReason tells a refused certificate and a timeout apart from other
-// connection failures.
+// transportReason tells a refused certificate, a refused connection and a
+// timeout apart from other connection failures.
 func transportReason(err error) string {
 	var verifyErr *tls.CertificateVerificationError
 	var unknownAuthority x509.UnknownAuthorityError
@@ -137,6 +144,8 @@ func transportReason(err error) string {
 		return reasonTLS
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		return reasonTimeout
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return reasonRefused
 	default:
 		return reasonUnreachable
 	}

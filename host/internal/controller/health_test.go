@@ -8,7 +8,7 @@ import (
 	"github.com/skewgate/skewgate/discovery/discoverytest"
 )
 
-func TestServerTurnsUnhealthyAtTheFirstNotReadyAnswerButOnlyAfterConsecutiveUnansweredProbes(t *testing.T) {
+func TestServerTurnsUnhealthyAtTheFirstNotReadyAnswerOrRefusedConnectionButOnlyAfterConsecutiveUnansweredProbes(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		fail   func(*fakeAPIServer)
@@ -17,7 +17,7 @@ func TestServerTurnsUnhealthyAtTheFirstNotReadyAnswerButOnlyAfterConsecutiveUnan
 	}{
 		{"answers not ready", func(s *fakeAPIServer) { s.setReady(false) }, reasonNotReady, 1},
 		{"does not answer in time", func(s *fakeAPIServer) { s.stall(1000) }, reasonTimeout, DefaultFailureThreshold},
-		{"refuses connections", func(s *fakeAPIServer) { s.srv.Close() }, reasonUnreachable, DefaultFailureThreshold},
+		{"refuses connections", func(s *fakeAPIServer) { s.srv.Close() }, reasonRefused, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pki, a, b := newSkewedPair(t)

@@ -91,11 +91,11 @@ type Options struct {
 	// kept-alive connection; kubeadm probes kube-apiserver's /readyz every
 	// second too. At most PollInterval.
 	ReadinessInterval time.Duration
-	// FailureThreshold is how many consecutive probes must time out or fail
-	// to connect before a server is marked unhealthy (kubeadm's readiness
-	// probe allows 3): a loaded server or network misses a probe now and
-	// then. A /readyz that answers anything but 200, or a certificate that is
-	// refused, marks it unhealthy at once.
+	// FailureThreshold is how many consecutive probes must time out or lose
+	// their connection before a server is marked unhealthy (kubeadm's
+	// readiness probe allows 3): a loaded server or network misses a probe
+	// now and then. A /readyz that answers anything but 200, a certificate
+	// that is refused, or a refused connection marks it unhealthy at once.
 	FailureThreshold int
 	// RequestTimeout bounds each request to a server.
 	RequestTimeout time.Duration
