@@ -38,10 +38,12 @@ const (
 	// NotModified answers 304 with Decision.Document's ETag and no body.
 	NotModified
 	// Unavailable answers 503: servers that serve the request exist, none of
-	// them is healthy, and other servers are. When no server at all is
-	// healthy, requests go to the servers that serve them as if every server
-	// were (Envoy's panic threshold): a burst that times out every health
-	// probe at once says more about the prober than about the servers.
+	// them is healthy, and other servers are; or no server is known to serve
+	// it while one is unhealthy, whose documents may be stale (see decide).
+	// When no server at all is healthy, requests go to the servers that serve
+	// them as if every server were (Envoy's panic threshold): a burst that
+	// times out every health probe at once says more about the prober than
+	// about the servers.
 	Unavailable
 )
 
@@ -142,7 +144,16 @@ func (ix *Index) decide(req *Request, c choice) (Decision, ServerSet) {
 	if d, from, ok := ix.decideOpenAPI(req, c); ok {
 		return d, from
 	}
-	target, capable := ix.lookup(req)
+	target, capable, unknown := ix.lookup(req)
+	if unknown && ix.healthy != 0 && ix.healthy != ix.all {
+		// Nobody serves it as far as the snapshot knows, but an unhealthy
+		// server's documents are those it had before it went down: back from
+		// a restart as a newer version, it may be the one server that does.
+		// Until it is probed healthy again, with what it serves now, the
+		// others' 404 or 400 would be a lie; 503 with Retry-After is not.
+		target.Action = Unavailable
+		return target, 0
+	}
 	d, from := ix.route(capable, c)
 	// Only resource requests carry the peer-proxied mark; discovery documents
 	// are never proxied upstream.
@@ -156,26 +167,29 @@ func isDiscoveryRoot(req *Request) bool {
 }
 
 // lookup finds what a request addresses and who serves it. A request the
-// index has no opinion on (malformed, nobody serves it, not tied to a group)
-// gets an empty set.
-func (ix *Index) lookup(req *Request) (target Decision, capable ServerSet) {
+// index has no opinion on (malformed, not tied to a group) gets an empty
+// set; one it names a group version or resource of that no server is known
+// to serve as asked (an unknown resource, a field selector none accepts) is
+// unknown.
+func (ix *Index) lookup(req *Request) (target Decision, capable ServerSet, unknown bool) {
 	info, ok := parsePath(req.Method, req.Path)
 	switch {
 	case !ok:
 		// The real server answers the same malformed request with its own error.
-		return target, 0
+		return target, 0, false
 	case info.IsResourceRequest:
 		target.Group, target.Version, target.Resource = info.APIGroup, info.APIVersion, info.Resource
 		gvr := groupVersionResource{info.APIGroup, info.APIVersion, info.Resource}
 		capable = ix.gvr[gvr]
 		if f := ix.fields[gvr]; f != nil && capable != 0 {
-			capable = ix.narrowForFields(f, req, &info, capable)
+			capable, unknown = ix.narrowForFields(f, req, &info, capable)
 		}
-		return target, capable
+		return target, capable, unknown || capable == 0
 	case req.Method != "GET" && req.Method != "HEAD":
-		return target, 0
+		return target, 0, false
 	}
-	return ix.lookupLegacyDocument(req.Path)
+	target, capable = ix.lookupLegacyDocument(req.Path)
+	return target, capable, capable == 0 && target.Group != ""
 }
 
 func (ix *Index) decideDiscoveryRoot(req *Request) Decision {

@@ -129,6 +129,42 @@ func TestDecideAnswersUnavailableWhenEveryCapableServerIsDown(t *testing.T) {
 	}
 }
 
+// While a server is down its documents are those it had before: back as a
+// newer version it may serve what no other server does, so a request no
+// server is known to serve is answered 503, not forwarded for a 404, in both
+// modes; with every server healthy, or none, the servers answer it.
+func TestRequestNobodyIsKnownToServeIsUnavailableWhileAServerIsDown(t *testing.T) {
+	nobodyServes := []Request{
+		{Method: "GET", Path: "/apis/example.com/v1/widgets"},
+		{Method: "POST", Path: "/apis/example.com/v1/namespaces/ns/widgets"},
+		{Method: "GET", Path: "/apis/example.com/v1"},
+	}
+	for _, mode := range []struct {
+		name  string
+		index func(t *testing.T, mutate func([]discoverytest.Server)) *Index
+	}{
+		{"load balancer", func(t *testing.T, m func([]discoverytest.Server)) *Index { return skewedIndex(t, m) }},
+		{"node-local", func(t *testing.T, m func([]discoverytest.Server)) *Index { return preferringIndex(t, 0, m) }},
+	} {
+		down := mode.index(t, func(s []discoverytest.Server) { s[1].Healthy = false })
+		healthy := mode.index(t, nil)
+		for _, req := range nobodyServes {
+			if d := down.Decide(&req, 0); d.Action != Unavailable {
+				t.Errorf("%s, server 1 down: %s %s?%s: %+v; want Unavailable", mode.name, req.Method, req.Path, req.Query, d)
+			}
+			if d := healthy.Decide(&req, 0); d.Action == Unavailable {
+				t.Errorf("%s, every server healthy: %s %s?%s: %+v; want it sent to a server", mode.name, req.Method, req.Path, req.Query, d)
+			}
+		}
+		// What the index has no opinion on still reaches a server.
+		for _, req := range []Request{{Method: "GET", Path: "/readyz"}, {Method: "GET", Path: "/api/v1/watch"}} {
+			if d := down.Decide(&req, 0); d.Action == Unavailable {
+				t.Errorf("%s, server 1 down: %s %s: %+v; want it sent to a server", mode.name, req.Method, req.Path, d)
+			}
+		}
+	}
+}
+
 // A burst that times out every health probe at once must not turn every
 // request into a 503: with no healthy server, Decide acts as if all were
 // healthy (Envoy's panic threshold).
@@ -248,7 +284,7 @@ func TestCapableIsWhereDecideMaySendTheRequest(t *testing.T) {
 		{Request{Method: "GET", Path: "/apis/coordination.k8s.io/v1alpha2"}, 0},
 		{Request{Method: "GET", Path: "/apis/coordination.k8s.io"}, 0},
 		{Request{Method: "GET", Path: "/apis/apps/v1/deployments"}, 0b011},
-		{Request{Method: "GET", Path: "/apis/example.com/v1/widgets"}, 0b011},
+		{Request{Method: "GET", Path: "/apis/example.com/v1/widgets"}, 0},
 		{Request{Method: "GET", Path: "/apis", Accept: acceptAggregated}, 0},
 		{Request{Method: "GET", Path: "/healthz"}, 0b011},
 	} {

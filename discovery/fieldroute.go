@@ -76,13 +76,17 @@ func (ix *Index) indexFields(snap *Snapshot) {
 //     fieldSelector value of the query, read as fields.ParseSelector reads
 //     it) uses a label not every capable server accepts goes to those that
 //     accept every label; when none does, or the selector is one upstream
-//     rejects, every capable server answers alike (with a 400);
+//     rejects, every capable server answers alike (with a 400), and
+//     unaccepted is set when it is because none accepts a label;
 //   - a request for a resource whose schema some capable servers lack fields
 //     of goes to the others, reads only unless options say writes only;
 //     when every capable server lacks some field, to any of them.
-func (ix *Index) narrowForFields(f *resourceFields, req *Request, info *RequestInfo, capable ServerSet) ServerSet {
+func (ix *Index) narrowForFields(f *resourceFields, req *Request, info *RequestInfo, capable ServerSet) (narrowed ServerSet, unaccepted bool) {
 	if f.labels != nil && readsWithSelector(req.Method, info) {
-		if accepting, ok := acceptingServers(f.labels, req.Query); ok && accepting&capable != 0 {
+		if accepting, ok := acceptingServers(f.labels, req.Query); ok {
+			if accepting&capable == 0 {
+				return capable, true
+			}
 			capable &= accepting
 		}
 	}
@@ -91,7 +95,7 @@ func (ix *Index) narrowForFields(f *resourceFields, req *Request, info *RequestI
 			capable = complete
 		}
 	}
-	return capable
+	return capable, false
 }
 
 // readsWithSelector reports the requests upstream reads a field selector

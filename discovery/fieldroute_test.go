@@ -100,6 +100,21 @@ func TestFieldSelectorsNarrowListsWatchesAndDeleteCollections(t *testing.T) {
 	})
 }
 
+// A selector label no server is known to accept gets the servers' 400 while
+// every server is healthy, and 503 with Retry-After while one is down: back
+// from a restart as a newer version, it may accept the label (as a 1.31
+// server accepts the 1.31 kubelet's spec.clusterIP on Services).
+func TestFieldSelectorNoServerIsKnownToAcceptIsUnavailableWhileAServerIsDown(t *testing.T) {
+	req := Request{Method: "GET", Path: "/api/v1/pods", Query: "fieldSelector=spec.nodeName%3Dn,status.podIP%3Dx"}
+	if d := fieldIndex(t, IndexOptions{}, nil).Decide(&req, 0); d.Action != Forward {
+		t.Errorf("every server healthy: %+v; want Forward", d)
+	}
+	down := fieldIndex(t, IndexOptions{}, func(s []Server) { s[0].Healthy = false })
+	if d := down.Decide(&req, 0); d.Action != Unavailable || d.Resource != "pods" {
+		t.Errorf("kube-a down: %+v; want Unavailable for pods", d)
+	}
+}
+
 // When the servers that accept a selector are down while others are up, the
 // client gets 503 with Retry-After, as for a resource only down servers
 // serve; a server that rejects the label would answer 400.

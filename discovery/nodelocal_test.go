@@ -44,7 +44,6 @@ var nodeLocalCases = []struct {
 }{
 	{"common resource", Request{Method: "GET", Path: "/apis/apps/v1/namespaces/ns/deployments/web"}},
 	{"core resource", Request{Method: "DELETE", Path: "/api/v1/namespaces/ns/configmaps/c"}},
-	{"resource nobody serves", Request{Method: "GET", Path: "/apis/example.com/v1/widgets"}},
 	{"health", Request{Method: "GET", Path: "/readyz"}},
 	{"nopeer discovery", Request{Method: "GET", Path: "/apis", Accept: acceptNoPeer}},
 	{"legacy discovery root", Request{Method: "GET", Path: "/apis", Accept: "application/json"}},

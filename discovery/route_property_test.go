@@ -221,7 +221,7 @@ func TestCapableIsExactlyWhereDecideMaySendARequest(t *testing.T) {
 					t.Fatalf("%s, %+v: Capable %b holds an excluded (%b) or unroutable (routable %b) server", plane.name, req, capable, excluded, ix.Routable())
 				}
 				_, _, byOpenAPIIndex := ix.decideOpenAPI(&req, choice{routable: ix.routable, preferred: -1})
-				if _, serving := ix.lookup(&req); serving != 0 && !isDiscoveryRoot(&req) && !req.PeerProxied && !byOpenAPIIndex && capable&^serving != 0 {
+				if _, serving, _ := ix.lookup(&req); serving != 0 && !isDiscoveryRoot(&req) && !req.PeerProxied && !byOpenAPIIndex && capable&^serving != 0 {
 					t.Fatalf("%s, %+v: Capable %b holds a server that does not serve it (%b do)", plane.name, req, capable, serving)
 				}
 				checked++
