@@ -16,7 +16,8 @@
 // A request that provably was not processed (the server could not be reached,
 // or it answered that it is shutting down) is sent again to another healthy
 // server able to serve it, whatever its method, when its body is empty or
-// was buffered: bodies up to 1 MiB, within a budget in all and per client.
+// was buffered: bodies up to 1 MiB, within a budget in all and per client;
+// so is a read (GET or HEAD) whose connection was lost before it was answered.
 // Upstream's Mixed Version Proxy retries nothing. Everything else that fails
 // is answered 503 with a Kubernetes Status body and Retry-After; a request
 // that is not long-running and gets no response headers within
@@ -645,9 +646,14 @@ func (g *Gateway) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 		}
 		return
 	}
-	g.log.Warn("API server unreachable", "cluster", cluster, "method", ex.inbound.Method, "path", ex.inbound.URL.Path, "error", err)
 	// The cause (addresses, certificate details) stays in the log.
-	g.writeUnavailable(w, "the API server "+cluster+" could not be reached; retry shortly")
+	if kind := errorKind(err); kind == "connect" || kind == "tls" {
+		g.log.Warn("API server unreachable", "cluster", cluster, "method", ex.inbound.Method, "path", ex.inbound.URL.Path, "error", err)
+		g.writeUnavailable(w, "the API server "+cluster+" could not be reached; retry shortly")
+		return
+	}
+	g.log.Warn("API server connection lost before it answered", "cluster", cluster, "method", ex.inbound.Method, "path", ex.inbound.URL.Path, "error", err)
+	g.writeUnavailable(w, "the connection to the API server "+cluster+" was lost before it answered; the request may have been carried out")
 }
 
 func header(headers [][2]string, name string) (string, bool) {

@@ -172,8 +172,9 @@ type backendTransport struct{ g *Gateway }
 // processed: the backend could not be reached (which covers HTTP/2 streams
 // refused by a GOAWAY: Go's transport sends those again on a new connection
 // itself, and that dial fails once the server stopped listening), or it
-// answered that it is shutting down. Only a replayable request is sent again;
-// every retry keeps the credential the plugin chose.
+// answered that it is shutting down; or a read lost its connection before
+// any answer came (a server that died with it in flight). Only a replayable
+// request is sent again; every retry keeps the credential the plugin chose.
 func (t *backendTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ex := exchangeFrom(req.Context())
 	// One set of transports for every attempt, so that a rotation in between
@@ -193,11 +194,16 @@ func (t *backendTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 			}
 			return resp, err
 		case err != nil:
-			t.g.metrics.upstreamError(sent.cluster, errorKind(err))
-			if ce := (*connectError)(nil); !errors.As(err, &ce) {
+			kind := errorKind(err)
+			t.g.metrics.upstreamError(sent.cluster, kind)
+			switch {
+			case kind == "connect" || kind == "tls":
+				why = "unreachable"
+			case kind == "transport" && isSafeRead(req, ex):
+				why = "lost the connection before answering a read"
+			default:
 				return nil, err
 			}
-			why = "unreachable"
 		default:
 			var draining bool
 			if resp, draining = drainingAnswer(resp); !draining {
@@ -230,6 +236,13 @@ func (t *backendTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		}
 		req = retry
 	}
+}
+
+// isSafeRead reports a GET or HEAD that is not a protocol upgrade: reading
+// it again from another server changes nothing, so losing the connection
+// before its answer is no reason to fail it, whatever the server did.
+func isSafeRead(req *http.Request, ex *exchange) bool {
+	return (req.Method == http.MethodGet || req.Method == http.MethodHead) && ex.upgrade == ""
 }
 
 // What kube-apiserver answers, before doing anything else, to a request that

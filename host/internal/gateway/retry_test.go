@@ -218,3 +218,60 @@ func TestAnnouncedBodyLengthCommitsNoMemoryUntilTheBodyArrives(t *testing.T) {
 		t.Errorf("the request allocated %d bytes for a body of 17 bytes announced as %d", allocated, maxReplayableBody)
 	}
 }
+
+// A server that dies with requests in flight answers none of them. A read
+// is sent again to another capable server, a watch included; a write, which
+// the server may have carried out, is answered 503 saying so.
+func TestReadsWhoseConnectionIsLostBeforeAnAnswerAreRetriedElsewhere(t *testing.T) {
+	for _, tc := range []struct {
+		method, path string
+		body         string
+		wantStatus   int
+	}{
+		{"GET", widgets, "", http.StatusOK},
+		{"GET", widgets + "?watch=true", "", http.StatusOK},
+		{"HEAD", widgets, "", http.StatusOK},
+		{"POST", widgets, `{"kind":"Widget"}`, http.StatusServiceUnavailable},
+		{"DELETE", widgets + "/w1", "", http.StatusServiceUnavailable},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			handler := func(cluster string) http.Handler {
+				if cluster != "kube-a" {
+					return echoHandler(cluster)
+				}
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					_, _ = io.Copy(io.Discard, r.Body)
+					panic(http.ErrAbortHandler) // the connection or stream is cut, unanswered
+				})
+			}
+			h := newHarness(t, harnessConfig{servers: retryServers(), handler: handler, plugin: routeTo("kube-a")})
+			for _, http2 := range []bool{false, true} {
+				var body io.Reader
+				if tc.body != "" {
+					body = strings.NewReader(tc.body)
+				}
+				resp, got := do(t, h.client(nil, http2), tc.method, h.front.URL+tc.path, nil, body)
+				if resp.StatusCode != tc.wantStatus {
+					t.Fatalf("http2=%v: status %d, want %d: %s", http2, resp.StatusCode, tc.wantStatus, got)
+				}
+				switch {
+				case tc.wantStatus == http.StatusServiceUnavailable:
+					checkUnavailable(t, resp, got, 7)
+					if !strings.Contains(string(got), "may have been carried out") {
+						t.Errorf("http2=%v: the 503 does not say the request may have been carried out: %s", http2, got)
+					}
+				case tc.method == "GET":
+					if e := decodeEcho(t, got); e.Cluster != "kube-b" {
+						t.Errorf("http2=%v: served by %s, want kube-b", http2, e.Cluster)
+					}
+				}
+			}
+			if tc.wantStatus == http.StatusOK && h.hitsOf("kube-b") != 2 {
+				t.Errorf("kube-b saw %d requests, want 2", h.hitsOf("kube-b"))
+			}
+			if tc.wantStatus != http.StatusOK && h.hitsOf("kube-b") != 0 {
+				t.Errorf("kube-b saw %d requests of a write kube-a may have carried out", h.hitsOf("kube-b"))
+			}
+		})
+	}
+}
