@@ -652,8 +652,12 @@ func (g *Gateway) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 		g.writeUnavailable(w, "the API server "+cluster+" could not be reached; retry shortly")
 		return
 	}
+	// Without Retry-After, which client-go would take as leave to send the
+	// write again by itself: as for kube-apiserver's own timeouts, whether to
+	// do it again is for the client to decide after reading the state.
 	g.log.Warn("API server connection lost before it answered", "cluster", cluster, "method", ex.inbound.Method, "path", ex.inbound.URL.Path, "error", err)
-	g.writeUnavailable(w, "the connection to the API server "+cluster+" was lost before it answered; the request may have been carried out")
+	writeStatus(w, &metav1.Status{Status: metav1.StatusFailure, Reason: metav1.StatusReasonServiceUnavailable, Code: http.StatusServiceUnavailable,
+		Message: "the connection to the API server " + cluster + " was lost before it answered; the request may have been carried out"})
 }
 
 func header(headers [][2]string, name string) (string, bool) {
