@@ -30,7 +30,11 @@ type Counts struct {
 	// not found for an object or resource that exists, bad request for a valid request.
 	False404 int
 	False400 int
-	// WatchInterruptions counts watches that ended before the load stopped them.
+	// WatchStreamsEnded counts watch responses that ended before the load stopped them; each
+	// was resumed from the last resourceVersion it delivered, as client-go's reflector resumes.
+	// WatchInterruptions counts those that could not go on from there: an ERROR event (the
+	// resourceVersion is too old; a relist follows), or a resume answered with a failure.
+	WatchStreamsEnded  int
 	WatchInterruptions int
 	// PodsFailedToStart names each Pod that failed to start once, with why.
 	PodsFailedToStart map[string]string
@@ -52,10 +56,10 @@ func (c Counts) String() string {
 	}
 	return fmt.Sprintf("dependents wrongly deleted %d of %d; objects left by namespace deletion %d of %d; "+
 		"client requests %d, failed %d [%s], 503 with Retry-After while no capable server %d; false 404s %d, false 400s %d; "+
-		"watch interruptions %d; pods failed to start %d (%d without the Services read) [%s]; upgrade wall time %s",
+		"watch streams ended %d, interrupted %d; pods failed to start %d (%d without the Services read) [%s]; upgrade wall time %s",
 		c.DependentsWronglyDeleted, c.DependentsCreated, c.ObjectsLeftByNamespaceDeletion, c.ObjectsInDeletedNamespace,
 		c.Requests, c.failedTotal(), strings.Join(failed, " "), c.Allowed503, c.False404, c.False400,
-		c.WatchInterruptions, len(c.PodsFailedToStart), c.ServiceLinkFailures, strings.Join(pods, ", "), c.UpgradeWallTime.Round(time.Second))
+		c.WatchStreamsEnded, c.WatchInterruptions, len(c.PodsFailedToStart), c.ServiceLinkFailures, strings.Join(pods, ", "), c.UpgradeWallTime.Round(time.Second))
 }
 
 func (c Counts) failedTotal() int {
@@ -73,6 +77,7 @@ type tally struct {
 	failed             map[string]int
 	allowed503         int
 	false404, false400 int
+	watchStreamsEnded  int
 	watchInterruptions int
 	examples           map[string]string
 	// byPhase counts failures and watch interruptions by what each node's API server answered
@@ -86,8 +91,9 @@ func newTally(phase func() string) *tally {
 	return &tally{failed: map[string]int{}, examples: map[string]string{}, byPhase: map[string]int{}, phase: phase}
 }
 
-// request records one request's outcome: status 0 is no HTTP answer at all.
-func (t *tally) request(what string, status int, retryAfter, noCapableServer bool, detail string) {
+// request records one request's outcome, status 0 for no HTTP answer at all, and reports
+// whether it counts as failed.
+func (t *tally) request(what string, status int, retryAfter, noCapableServer bool, detail string) (failed bool) {
 	ok := status >= 200 && status < 300
 	phase := ""
 	if !ok {
@@ -97,11 +103,11 @@ func (t *tally) request(what string, status int, retryAfter, noCapableServer boo
 	defer t.mu.Unlock()
 	t.requests++
 	if ok {
-		return
+		return false
 	}
 	if status == 503 && retryAfter && noCapableServer {
 		t.allowed503++
-		return
+		return false
 	}
 	key := fmt.Sprint(status)
 	if status == 0 {
@@ -118,6 +124,13 @@ func (t *tally) request(what string, status int, retryAfter, noCapableServer boo
 	if _, seen := t.examples[key]; !seen {
 		t.examples[key] = what + ": " + detail
 	}
+	return true
+}
+
+func (t *tally) watchEnded() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.watchStreamsEnded++
 }
 
 func (t *tally) watchInterrupted() {
@@ -135,5 +148,5 @@ func (t *tally) into(c *Counts) {
 	c.Failed = maps.Clone(t.failed)
 	c.Allowed503 = t.allowed503
 	c.False404, c.False400 = t.false404, t.false400
-	c.WatchInterruptions = t.watchInterruptions
+	c.WatchStreamsEnded, c.WatchInterruptions = t.watchStreamsEnded, t.watchInterruptions
 }

@@ -9,11 +9,18 @@ func TestTallyCountsFailuresByTheUpgradeStepTheyCameIn(t *testing.T) {
 	tl.request("GET /a", 404, false, false, "not found")
 	phase = "cp-1=v1.35.4 cp-2=v1.36.3"
 	tl.request("GET /a", 404, false, false, "not found")
-	tl.request("GET /a", 503, true, true, "no capable server")
+	if tl.request("GET /a", 503, true, true, "no capable server") {
+		t.Error("a 503 with Retry-After while no capable server was up counted as failed")
+	}
+	if !tl.request("GET /a", 503, false, true, "lost in flight") {
+		t.Error("a 503 without Retry-After not counted as failed")
+	}
+	tl.watchEnded()
 	tl.watchInterrupted()
 	want := map[string]int{
 		"404 while cp-1=v1.35.4 cp-2=":                      1,
 		"404 while cp-1=v1.35.4 cp-2=v1.36.3":               1,
+		"503 while cp-1=v1.35.4 cp-2=v1.36.3":               1,
 		"watch interrupted while cp-1=v1.35.4 cp-2=v1.36.3": 1,
 	}
 	if len(tl.byPhase) != len(want) {
@@ -26,7 +33,7 @@ func TestTallyCountsFailuresByTheUpgradeStepTheyCameIn(t *testing.T) {
 	}
 	var c Counts
 	tl.into(&c)
-	if c.Requests != 4 || c.False404 != 2 || c.Allowed503 != 1 || c.WatchInterruptions != 1 {
+	if c.Requests != 5 || c.False404 != 2 || c.Allowed503 != 1 || c.WatchStreamsEnded != 1 || c.WatchInterruptions != 1 {
 		t.Errorf("counts %+v", c)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -35,8 +36,9 @@ type endpointClient struct {
 	http  *http.Client
 	base  string
 	tally *tally
-	// capable says whether a server able to serve a request on a new resource is up.
-	capable func(new bool) bool
+	// noCapableServerSince says whether no ready server could serve a request on a common or
+	// new resource at some time since the request was sent.
+	noCapableServerSince func(new bool, since time.Time) bool
 }
 
 type answer struct {
@@ -58,6 +60,7 @@ func (c *endpointClient) do(parent context.Context, r resource, method, path str
 	if err != nil {
 		panic(err)
 	}
+	sent := time.Now()
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -72,7 +75,7 @@ func (c *endpointClient) do(parent context.Context, r resource, method, path str
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	c.tally.request(method+" "+path, resp.StatusCode, resp.Header.Get("Retry-After") != "", !c.capable(r.new), firstLine(data))
+	c.tally.request(method+" "+path, resp.StatusCode, resp.Header.Get("Retry-After") != "", c.noCapableServerSince(r.new, sent), firstLine(data))
 	return answer{status: resp.StatusCode, body: data}
 }
 
@@ -111,46 +114,71 @@ func (c *endpointClient) runLoad(ctx context.Context, wg *sync.WaitGroup, prefix
 	}
 }
 
-// watch keeps a watch on r's collection open until ctx ends, counting every end that ctx did
-// not cause as an interruption and starting again.
+// watch keeps a watch on r's collection open until ctx ends. Like client-go's reflector, it
+// resumes a watch that ended from the last resourceVersion it delivered; an end is counted, and
+// a watch that cannot go on from there (an ERROR event, a failed resume) is an interruption.
 func (c *endpointClient) watch(ctx context.Context, wg *sync.WaitGroup, r resource) {
 	wg.Go(func() {
+		resourceVersion := ""
 		for ctx.Err() == nil {
-			c.watchOnce(ctx, r)
+			resourceVersion = c.watchOnce(ctx, r, resourceVersion)
 			sleep(ctx, watchRetryPause)
 		}
 	})
 }
 
-func (c *endpointClient) watchOnce(ctx context.Context, r resource) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+r.collection+"?watch=1&timeoutSeconds=7200", nil)
+// watchOnce watches r's collection from resourceVersion ("" for now) until the response ends,
+// and returns the resourceVersion to resume from.
+func (c *endpointClient) watchOnce(ctx context.Context, r resource, resourceVersion string) string {
+	url := c.base + r.collection + "?watch=1&timeoutSeconds=7200&allowWatchBookmarks=true"
+	if resourceVersion != "" {
+		url += "&resourceVersion=" + resourceVersion
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		panic(err)
 	}
+	sent := time.Now()
 	resp, err := c.http.Do(req)
 	if err != nil {
-		if ctx.Err() == nil {
-			c.tally.request("watch "+r.collection, 0, false, false, err.Error())
+		if ctx.Err() == nil && c.tally.request("watch "+r.collection, 0, false, false, err.Error()) && resourceVersion != "" {
+			c.tally.watchInterrupted()
 		}
-		return
+		return resourceVersion
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		c.tally.request("watch "+r.collection, resp.StatusCode, resp.Header.Get("Retry-After") != "", !c.capable(r.new), firstLine(data))
-		return
+		if c.tally.request("watch "+r.collection, resp.StatusCode, resp.Header.Get("Retry-After") != "", c.noCapableServerSince(r.new, sent), firstLine(data)) &&
+			resourceVersion != "" {
+			c.tally.watchInterrupted()
+		}
+		return resourceVersion
 	}
 	c.tally.request("watch "+r.collection, resp.StatusCode, false, false, "")
 	scanner := bufio.NewScanner(resp.Body)
 	scanner.Buffer(make([]byte, 1<<20), 4<<20)
 	for scanner.Scan() {
-		if bytes.Contains(scanner.Bytes(), []byte(`"type":"ERROR"`)) {
+		var event struct {
+			Type   string
+			Object struct {
+				Metadata struct{ ResourceVersion string }
+			}
+		}
+		if json.Unmarshal(scanner.Bytes(), &event) != nil {
 			break
 		}
+		if event.Type == "ERROR" {
+			// Most likely 410 Gone: the resourceVersion is too old; start again from now.
+			c.tally.watchInterrupted()
+			return ""
+		}
+		resourceVersion = event.Object.Metadata.ResourceVersion
 	}
 	if ctx.Err() == nil {
-		c.tally.watchInterrupted()
+		c.tally.watchEnded()
 	}
+	return resourceVersion
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -92,9 +92,14 @@ type rehearsal struct {
 	tally   *tally
 	patches string
 
-	mu       sync.Mutex
-	versions map[string]string // node -> version its API server answered, "" while down
-	podFails map[string]string
+	mu sync.Mutex
+	// versions holds each node's API server's version while it is ready, "" while it is down
+	// or not ready.
+	versions map[string]string
+	// noCapableAt is when a sample last found no ready server able to serve the common
+	// resources ([false]) or the new ones ([true]).
+	noCapableAt [2]time.Time
+	podFails    map[string]string
 }
 
 // Run runs the scenario from a cluster of three control-plane nodes at s.From to all of them at
@@ -196,7 +201,7 @@ func (r *rehearsal) form(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.client = &endpointClient{http: &http.Client{Transport: transport}, base: config.Host, tally: r.tally, capable: r.capable}
+	r.client = &endpointClient{http: &http.Client{Transport: transport}, base: config.Host, tally: r.tally, noCapableServerSince: r.noCapableServerSince}
 	return nil
 }
 
@@ -242,7 +247,11 @@ func (r *rehearsal) observe(f func(*kubernetes.Clientset) error) error {
 	return errors.Join(errs...)
 }
 
-// watchVersions records every second which version each node's API server answers with.
+// sampleInterval is how often the rehearsal asks each node's API server whether it is ready.
+const sampleInterval = time.Second
+
+// watchVersions records every sampleInterval which version each node's API server answers
+// with while its /readyz answers 200, as a load balancer's readiness probe sees it.
 func (r *rehearsal) watchVersions(ctx context.Context, wg *sync.WaitGroup) {
 	for i, n := range r.nodes {
 		wg.Go(func() {
@@ -251,16 +260,32 @@ func (r *rehearsal) watchVersions(ctx context.Context, wg *sync.WaitGroup) {
 				if v, err := r.direct[i].Discovery().ServerVersion(); err == nil {
 					answered = v.GitVersion
 				}
+				if _, err := r.direct[i].Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
+					answered = ""
+				}
 				r.mu.Lock()
 				if previous, seen := r.versions[n.Name]; !seen || previous != answered {
-					r.log.Logf("node %s: API server answers %q", n.Name, answered)
+					r.log.Logf("node %s: API server ready as %q", n.Name, answered)
 				}
 				r.versions[n.Name] = answered
+				now := time.Now()
+				for _, new := range []bool{false, true} {
+					if !r.capableLocked(new) {
+						r.noCapableAt[boolIndex(new)] = now
+					}
+				}
 				r.mu.Unlock()
-				sleep(ctx, time.Second)
+				sleep(ctx, sampleInterval)
 			}
 		})
 	}
+}
+
+func boolIndex(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // phase is what each node's API server answers, in the nodes' order ("cp-1=v1.35.4 cp-2= …").
@@ -274,11 +299,19 @@ func (r *rehearsal) phase() string {
 	return strings.Join(parts, " ")
 }
 
-// capable says whether a server that serves the rehearsal's resources (new ones only from
-// s.To) answers.
-func (r *rehearsal) capable(new bool) bool {
+// noCapableServerSince says whether, at some time from since on, no ready server could serve
+// the rehearsal's common resources (new false) or new ones (new true): a 503 with Retry-After
+// for a request sent at since is then the truth. Both the samples here and a load balancer's
+// probes come once a second, so the window opens two sample intervals before the request.
+func (r *rehearsal) noCapableServerSince(new bool, since time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return !r.capableLocked(new) || !r.noCapableAt[boolIndex(new)].Before(since.Add(-2*sampleInterval))
+}
+
+// capableLocked says whether a ready server serves the rehearsal's resources (new ones only
+// from s.To); r.mu is held.
+func (r *rehearsal) capableLocked(new bool) bool {
 	for _, v := range r.versions {
 		if v != "" && (!new || v == r.s.To) {
 			return true
