@@ -51,7 +51,7 @@ skewgate_controller_snapshot_servers 2
 # HELP skewgate_controller_servers API servers known and probed.
 # TYPE skewgate_controller_servers gauge
 skewgate_controller_servers 3
-# HELP skewgate_controller_servers_healthy API servers considered healthy: /readyz last answered 200, and fewer consecutive probes than the failure threshold went unanswered since.
+# HELP skewgate_controller_servers_healthy API servers considered healthy: /readyz last answered 200, no connection was refused since, and fewer consecutive probes than the failure threshold timed out or lost their connection since.
 # TYPE skewgate_controller_servers_healthy gauge
 skewgate_controller_servers_healthy 2
 # HELP skewgate_controller_last_successful_poll_timestamp_seconds End of the last poll after which at least one server was healthy and the published snapshot was up to date.
