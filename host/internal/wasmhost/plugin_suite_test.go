@@ -249,7 +249,7 @@ func TestPluginSoakUnderEnvoy133WASI(t *testing.T) {
 		{header("/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies", [2]string{"x-remote-user", "x"}),
 			func(o Outcome) bool { return o.Verdict == Forward && o.RouteCacheCleared }},
 		{header("/apis", [2]string{"accept", plugintest.AcceptV2}), func(o Outcome) bool { return o.Verdict == Respond && o.Response.Status == 200 }},
-		{header("/apis/coordination.k8s.io/v1alpha2/leases"), func(o Outcome) bool { return o.Verdict == Forward }},
+		{header("/version"), func(o Outcome) bool { return o.Verdict == Forward }},
 		{header("/apis/coordination.k8s.io/v1alpha2/leasecandidates"), func(o Outcome) bool { return o.Verdict == Respond && o.Response.Status == 503 }},
 	}
 	var wg sync.WaitGroup
