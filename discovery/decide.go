@@ -145,12 +145,14 @@ func (ix *Index) decide(req *Request, c choice) (Decision, ServerSet) {
 		return d, from
 	}
 	target, capable, unknown := ix.lookup(req)
-	if unknown && ix.healthy != 0 && ix.healthy != ix.all {
+	if unknown && ix.routable != ix.all {
 		// Nobody serves it as far as the snapshot knows, but an unhealthy
 		// server's documents are those it had before it went down: back from
 		// a restart as a newer version, it may be the one server that does.
 		// Until it is probed healthy again, with what it serves now, the
 		// others' 404 or 400 would be a lie; 503 with Retry-After is not.
+		// While none is healthy every server is routable (Routable), and
+		// they answer.
 		target.Action = Unavailable
 		return target, 0
 	}
