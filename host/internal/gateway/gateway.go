@@ -647,7 +647,7 @@ func (g *Gateway) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 		return
 	}
 	// The cause (addresses, certificate details) stays in the log.
-	if kind := errorKind(err); kind == "connect" || kind == "tls" {
+	if isConnectFailure(err) {
 		g.log.Warn("API server unreachable", "cluster", cluster, "method", ex.inbound.Method, "path", ex.inbound.URL.Path, "error", err)
 		g.writeUnavailable(w, "the API server "+cluster+" could not be reached; retry shortly")
 		return

@@ -197,7 +197,7 @@ func (t *backendTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 			kind := errorKind(err)
 			t.g.metrics.upstreamError(sent.cluster, kind)
 			switch {
-			case kind == "connect" || kind == "tls":
+			case isConnectFailure(err):
 				why = "unreachable"
 			case kind == "transport" && isSafeRead(req, ex):
 				why = "lost the connection before answering a read"
@@ -292,6 +292,13 @@ func (g *Gateway) retryTarget(ex *exchange) *backend {
 		return nil
 	}
 	return ex.state.servers[candidates.Pick(g.roundRobin.Add(1)-1)]
+}
+
+// isConnectFailure reports an error that came before the request could be
+// sent: the connection or its TLS handshake failed.
+func isConnectFailure(err error) bool {
+	var ce *connectError
+	return errors.As(err, &ce)
 }
 
 func errorKind(err error) string {
