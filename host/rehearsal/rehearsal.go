@@ -97,15 +97,15 @@ type rehearsal struct {
 	// or not ready.
 	versions map[string]string
 	// noCapableAt is when a sample last found no ready server able to serve the common
-	// resources ([false]) or the new ones ([true]).
-	noCapableAt [2]time.Time
+	// resources (false) or the new ones (true).
+	noCapableAt map[bool]time.Time
 	podFails    map[string]string
 }
 
 // Run runs the scenario from a cluster of three control-plane nodes at s.From to all of them at
 // s.To, and returns what it counted. It needs root.
 func Run(ctx context.Context, log testcluster.Logger, s Scenario) (counts Counts, err error) {
-	r := &rehearsal{s: s, log: log, versions: map[string]string{}, podFails: map[string]string{}}
+	r := &rehearsal{s: s, log: log, versions: map[string]string{}, noCapableAt: map[bool]time.Time{}, podFails: map[string]string{}}
 	r.tally = newTally(r.phase)
 	if r.cluster, err = kubenode.New(ctx, log); err != nil {
 		return counts, err
@@ -257,11 +257,10 @@ func (r *rehearsal) watchVersions(ctx context.Context, wg *sync.WaitGroup) {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				answered := ""
-				if v, err := r.direct[i].Discovery().ServerVersion(); err == nil {
-					answered = v.GitVersion
-				}
-				if _, err := r.direct[i].Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
-					answered = ""
+				if _, err := r.direct[i].Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err == nil {
+					if v, err := r.direct[i].Discovery().ServerVersion(); err == nil {
+						answered = v.GitVersion
+					}
 				}
 				r.mu.Lock()
 				if previous, seen := r.versions[n.Name]; !seen || previous != answered {
@@ -271,7 +270,7 @@ func (r *rehearsal) watchVersions(ctx context.Context, wg *sync.WaitGroup) {
 				now := time.Now()
 				for _, new := range []bool{false, true} {
 					if !r.capableLocked(new) {
-						r.noCapableAt[boolIndex(new)] = now
+						r.noCapableAt[new] = now
 					}
 				}
 				r.mu.Unlock()
@@ -279,13 +278,6 @@ func (r *rehearsal) watchVersions(ctx context.Context, wg *sync.WaitGroup) {
 			}
 		})
 	}
-}
-
-func boolIndex(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // phase is what each node's API server answers, in the nodes' order ("cp-1=v1.35.4 cp-2= …").
@@ -306,7 +298,7 @@ func (r *rehearsal) phase() string {
 func (r *rehearsal) noCapableServerSince(new bool, since time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return !r.capableLocked(new) || !r.noCapableAt[boolIndex(new)].Before(since.Add(-2*sampleInterval))
+	return !r.capableLocked(new) || !r.noCapableAt[new].Before(since.Add(-2*sampleInterval))
 }
 
 // capableLocked says whether a ready server serves the rehearsal's resources (new ones only
