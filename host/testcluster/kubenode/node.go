@@ -424,6 +424,21 @@ func (n *Node) HostPath(path string) string {
 // Namespaces are the node's mount, network and UTS namespaces.
 func (n *Node) Namespaces() []Namespace { return n.holder.namespaces }
 
+// removePods removes every pod sandbox and container. A container the stopped kubelet was still
+// starting cannot be removed until containerd has finished starting it, which takes moments, so
+// that refusal is waited out.
+func (n *Node) removePods(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return poll(ctx, 500*time.Millisecond, func() error {
+		_, err := n.Run(ctx, "crictl", "rmp", "--all", "--force")
+		if err != nil && strings.Contains(err.Error(), "is in starting state") {
+			return fmt.Errorf("%v: %w", err, errNotYet)
+		}
+		return err
+	})
+}
+
 // close tears the node down in order: the kubelet, so that nothing restarts the Pods; every pod
 // sandbox and container; containerd; any process still in the node's namespaces; the namespaces;
 // the node's cgroups.
@@ -444,7 +459,7 @@ func (n *Node) close(ctx context.Context) error {
 	}
 	if containerd != nil {
 		if exited, _ := containerd.Exited(); !exited {
-			if _, err := n.Run(ctx, "crictl", "rmp", "--all", "--force"); err != nil {
+			if err := n.removePods(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("node %s: removing its pods: %w", n.Name, err))
 			}
 		}
