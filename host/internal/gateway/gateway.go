@@ -606,13 +606,13 @@ func (g *Gateway) writeUnavailable(w http.ResponseWriter, message string) {
 	_, _ = w.Write(body)
 }
 
-// writeStatus answers with a Kubernetes Status, as kube-apiserver writes its
-// errors.
 // writeRequestTimeout answers 504 as kube-apiserver's timeout filter does.
 func writeRequestTimeout(w http.ResponseWriter) {
 	writeStatus(w, &apierrors.NewTimeoutError("request did not complete within the allotted timeout", 0).ErrStatus)
 }
 
+// writeStatus answers with a Kubernetes Status, as kube-apiserver writes its
+// errors.
 func writeStatus(w http.ResponseWriter, st *metav1.Status) {
 	st.Kind, st.APIVersion = "Status", "v1"
 	body, _ := json.Marshal(st)
@@ -650,6 +650,13 @@ func (g *Gateway) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 	if isConnectFailure(err) {
 		g.log.Warn("API server unreachable", "cluster", cluster, "method", ex.inbound.Method, "path", ex.inbound.URL.Path, "error", err)
 		g.writeUnavailable(w, "the API server "+cluster+" could not be reached; retry shortly")
+		return
+	}
+	// A read changed nothing, so asking again is safe, and Retry-After tells
+	// the client when.
+	if isSafeRead(r, ex) {
+		g.log.Warn("API server connection lost before it answered a read", "cluster", cluster, "method", ex.inbound.Method, "path", ex.inbound.URL.Path, "error", err)
+		g.writeUnavailable(w, "the connection to the API server "+cluster+" was lost before it answered; retry shortly")
 		return
 	}
 	// Without Retry-After, which client-go would take as leave to send the

@@ -278,3 +278,24 @@ func TestReadsWhoseConnectionIsLostBeforeAnAnswerAreRetriedElsewhere(t *testing.
 		})
 	}
 }
+
+func TestReadLostOnEveryCapableServerIsUnavailableWithRetryAfter(t *testing.T) {
+	cut := func(string) http.Handler {
+		return http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+			panic(http.ErrAbortHandler) // the connection or stream is cut, unanswered
+		})
+	}
+	h := newHarness(t, harnessConfig{servers: retryServers(), handler: cut, plugin: routeTo("kube-a")})
+	for _, http2 := range []bool{false, true} {
+		resp, got := do(t, h.client(nil, http2), "GET", h.front.URL+widgets, nil, nil)
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("http2=%v: status %d, Retry-After %q; want 503 with Retry-After: %s", http2, resp.StatusCode, resp.Header.Get("Retry-After"), got)
+		}
+		if !strings.Contains(string(got), "retry shortly") || strings.Contains(string(got), "may have been carried out") {
+			t.Errorf("http2=%v: want a Status asking for a retry, not one saying a read may have been carried out: %s", http2, got)
+		}
+	}
+	if h.hitsOf("kube-a") != 2 || h.hitsOf("kube-b") != 2 {
+		t.Errorf("kube-a saw %d requests, kube-b %d; want each tried once per request", h.hitsOf("kube-a"), h.hitsOf("kube-b"))
+	}
+}
