@@ -70,6 +70,12 @@ func (c Counts) failedTotal() int {
 	return n
 }
 
+// maxLoggedFailures bounds the failed requests a rehearsal logs one by one.
+const maxLoggedFailures = 60
+
+// logTime is how log lines that must be set beside each other give the time.
+const logTime = "15:04:05.000"
+
 // tally collects the client load's counts from its goroutines.
 type tally struct {
 	mu                 sync.Mutex
@@ -79,7 +85,9 @@ type tally struct {
 	false404, false400 int
 	watchStreamsEnded  int
 	watchInterruptions int
-	examples           map[string]string
+	// failures are the first maxLoggedFailures failed requests, with when they were answered,
+	// for the log: beside the load balancer's snapshots they say which server it counted able.
+	failures []string
 	// byPhase counts failures and watch interruptions by what each node's API server answered
 	// when they happened (phase's answer), so that a log says in which step of the upgrade they
 	// came.
@@ -88,7 +96,7 @@ type tally struct {
 }
 
 func newTally(phase func() string) *tally {
-	return &tally{failed: map[string]int{}, examples: map[string]string{}, byPhase: map[string]int{}, phase: phase}
+	return &tally{failed: map[string]int{}, byPhase: map[string]int{}, phase: phase}
 }
 
 // request records one request's outcome, status 0 for no HTTP answer at all, and reports
@@ -121,8 +129,8 @@ func (t *tally) request(what string, status int, retryAfter, noCapableServer boo
 	case 400:
 		t.false400++
 	}
-	if _, seen := t.examples[key]; !seen {
-		t.examples[key] = what + ": " + detail
+	if len(t.failures) < maxLoggedFailures {
+		t.failures = append(t.failures, fmt.Sprintf("%s %s while %s: %s: %s", time.Now().Format(logTime), key, phase, what, detail))
 	}
 	return true
 }

@@ -461,8 +461,8 @@ func (r *rehearsal) rehearse(ctx context.Context) (Counts, error) {
 			counts.ServiceLinkFailures++
 		}
 	}
-	for key, example := range r.tally.examples {
-		r.log.Logf("first failed request with %s: %s", key, example)
+	for _, failure := range r.tally.failures {
+		r.log.Logf("failed request at %s", failure)
 	}
 	for _, key := range slices.Sorted(maps.Keys(r.tally.byPhase)) {
 		r.log.Logf("%s: %d", key, r.tally.byPhase[key])

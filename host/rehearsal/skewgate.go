@@ -2,9 +2,12 @@ package rehearsal
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/skewgate/skewgate/host/testcluster"
 	"github.com/skewgate/skewgate/host/testcluster/kubeadmskewgate"
@@ -27,7 +30,11 @@ func (s Skewgate) Endpoint(ctx context.Context, c *kubenode.Cluster, nodes []*ku
 	if err != nil {
 		return nil, err
 	}
-	return loggedLoadBalancer{lb, log}, nil
+	l := &loggedLoadBalancer{LoadBalancer: lb, log: log}
+	watchCtx, stop := context.WithCancel(context.Background())
+	l.stopWatching = stop
+	l.watching.Go(func() { l.logSnapshots(watchCtx) })
+	return l, nil
 }
 
 // maxLoggedWarnings bounds the load balancer's lines a run logs.
@@ -35,10 +42,62 @@ const maxLoggedWarnings = 150
 
 type loggedLoadBalancer struct {
 	*kubeadmskewgate.LoadBalancer
-	log testcluster.Logger
+	log          testcluster.Logger
+	stopWatching context.CancelFunc
+	watching     sync.WaitGroup
 }
 
-func (l loggedLoadBalancer) Close() error {
+// snapshotSampleInterval is how often the load balancer's snapshot is read: a quarter of the
+// rehearsal's own samples, so that a failed request can be set beside the view it was routed by.
+const snapshotSampleInterval = sampleInterval / 4
+
+// logSnapshots logs, with the time, every change of what the load balancer's snapshot says of each
+// server: its version, its health and the Service field-selector labels it accepts (those that
+// decide where the 1.31 kubelet's Service list goes).
+func (l *loggedLoadBalancer) logSnapshots(ctx context.Context) {
+	last := ""
+	for ctx.Err() == nil {
+		if raw, err := l.Snapshot(ctx); err == nil {
+			if view := snapshotView(raw); view != last {
+				l.log.Logf("load balancer's snapshot at %s: %s", time.Now().Format(logTime), view)
+				last = view
+			}
+		}
+		sleep(ctx, snapshotSampleInterval)
+	}
+}
+
+// snapshotView is one line of what a snapshot says of each server, without its generation.
+func snapshotView(raw []byte) string {
+	var snap struct {
+		Servers []struct {
+			Cluster        string              `json:"cluster"`
+			Version        string              `json:"version"`
+			Healthy        bool                `json:"healthy"`
+			FieldSelectors map[string][]string `json:"fieldSelectors"`
+		} `json:"servers"`
+	}
+	if err := json.Unmarshal(raw, &snap); err != nil {
+		return "unreadable: " + err.Error()
+	}
+	var parts []string
+	for _, s := range snap.Servers {
+		health := "unhealthy"
+		if s.Healthy {
+			health = "healthy"
+		}
+		part := s.Cluster + " " + s.Version + " " + health
+		if labels, ok := s.FieldSelectors["v1/services"]; ok {
+			part += " services[" + strings.Join(labels, ",") + "]"
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (l *loggedLoadBalancer) Close() error {
+	l.stopWatching()
+	l.watching.Wait()
 	var warnings []string
 	for line := range strings.Lines(l.Process.LogTail(1 << 20)) {
 		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {

@@ -119,3 +119,17 @@ func TestSkewgateUpgrade135To136ShowsNoHarm(t *testing.T) {
 func TestSkewgateUpgrade130To131ShowsNoHarm(t *testing.T) {
 	rehearseThroughSkewgate(t, Scenario{From: testcluster.KubeVersion130, To: testcluster.KubeVersion131, Kinds: Kinds131})
 }
+
+func TestSnapshotViewNamesEachServersVersionHealthAndServiceLabels(t *testing.T) {
+	raw := []byte(`{"generation":7,"servers":[` +
+		`{"id":"a","cluster":"10.240.0.2_6443","version":"v1.31.4","healthy":true,"apis":{},"api":{},` +
+		`"fieldSelectors":{"v1/services":["metadata.name","spec.clusterIP"],"v1/pods":["spec.nodeName"]}},` +
+		`{"id":"b","cluster":"10.240.0.3_6443","version":"v1.30.14","healthy":false,"apis":{},"api":{}}]}`)
+	want := "10.240.0.2_6443 v1.31.4 healthy services[metadata.name,spec.clusterIP]; 10.240.0.3_6443 v1.30.14 unhealthy"
+	if got := snapshotView(raw); got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	if got := snapshotView([]byte("{")); !strings.HasPrefix(got, "unreadable: ") {
+		t.Errorf("a broken snapshot reads %q, want it called unreadable", got)
+	}
+}

@@ -275,7 +275,7 @@ func (lb *LoadBalancer) waitHealthy(ctx context.Context) error {
 // Routes says whether the load balancer counts n's API server healthy in the snapshot it routes by
 // (/debug/snapshot), where a server given by --apiserver is named by its address.
 func (lb *LoadBalancer) Routes(ctx context.Context, n *kubenode.Node) (bool, error) {
-	body, err := lb.get(ctx, "/debug/snapshot")
+	body, err := lb.Snapshot(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -295,6 +295,11 @@ func (lb *LoadBalancer) Routes(ctx context.Context, n *kubenode.Node) (bool, err
 		}
 	}
 	return false, fmt.Errorf("node %s's API server (%s) is not in the load balancer's snapshot", n.Name, name)
+}
+
+// Snapshot is the snapshot the load balancer routes by, as /debug/snapshot serves it.
+func (lb *LoadBalancer) Snapshot(ctx context.Context) ([]byte, error) {
+	return lb.get(ctx, "/debug/snapshot")
 }
 
 // get fetches path from the operator endpoints, requiring 200.
