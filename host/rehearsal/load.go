@@ -36,9 +36,9 @@ type endpointClient struct {
 	http  *http.Client
 	base  string
 	tally *tally
-	// noCapableServerSince says whether no ready server could serve a request on a common or
-	// new resource at some time since the request was sent.
-	noCapableServerSince func(new bool, since time.Time) bool
+	// noCapableServerAround says whether no ready server could serve a request on a common or
+	// new resource around the time it was sent and answered.
+	noCapableServerAround func(ctx context.Context, new bool, sent time.Time) bool
 }
 
 type answer struct {
@@ -75,8 +75,17 @@ func (c *endpointClient) do(parent context.Context, r resource, method, path str
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	c.tally.request(method+" "+path, resp.StatusCode, resp.Header.Get("Retry-After") != "", c.noCapableServerSince(r.new, sent), firstLine(data))
+	c.tally.request(method+" "+path, resp.StatusCode, resp.Header.Get("Retry-After") != "", c.unavailableAllowed(parent, resp, r, sent), firstLine(data))
 	return answer{status: resp.StatusCode, body: data}
+}
+
+// unavailableAllowed says whether resp is a 503 with Retry-After that came while no capable
+// server was up; only such an answer waits for the samples that judge it.
+func (c *endpointClient) unavailableAllowed(ctx context.Context, resp *http.Response, r resource, sent time.Time) bool {
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		return false
+	}
+	return c.noCapableServerAround(ctx, r.new, sent)
 }
 
 func firstLine(b []byte) string {
@@ -149,7 +158,7 @@ func (c *endpointClient) watchOnce(ctx context.Context, r resource, resourceVers
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if c.tally.request("watch "+r.collection, resp.StatusCode, resp.Header.Get("Retry-After") != "", c.noCapableServerSince(r.new, sent), firstLine(data)) &&
+		if c.tally.request("watch "+r.collection, resp.StatusCode, resp.Header.Get("Retry-After") != "", c.unavailableAllowed(ctx, resp, r, sent), firstLine(data)) &&
 			resourceVersion != "" {
 			c.tally.watchInterrupted()
 		}

@@ -201,7 +201,7 @@ func (r *rehearsal) form(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.client = &endpointClient{http: &http.Client{Transport: transport}, base: config.Host, tally: r.tally, noCapableServerSince: r.noCapableServerSince}
+	r.client = &endpointClient{http: &http.Client{Transport: transport}, base: config.Host, tally: r.tally, noCapableServerAround: r.noCapableServerAround}
 	return nil
 }
 
@@ -247,8 +247,14 @@ func (r *rehearsal) observe(f func(*kubernetes.Clientset) error) error {
 	return errors.Join(errs...)
 }
 
-// sampleInterval is how often the rehearsal asks each node's API server whether it is ready.
-const sampleInterval = time.Second
+// sampleInterval is how often the rehearsal asks each node's API server whether it is ready:
+// several times within a load balancer's probe interval, so that a restart's moments of refused
+// connections are seen.
+const sampleInterval = 250 * time.Millisecond
+
+// probeLag is how old the view a load balancer routes by may be: skewgate's and the baseline
+// proxy's probes come once a second, and one more for the probe in flight.
+const probeLag = 2 * time.Second
 
 // watchVersions records every sampleInterval which version each node's API server answers
 // with while its /readyz answers 200, as a load balancer's readiness probe sees it.
@@ -291,14 +297,17 @@ func (r *rehearsal) phase() string {
 	return strings.Join(parts, " ")
 }
 
-// noCapableServerSince says whether, at some time from since on, no ready server could serve
-// the rehearsal's common resources (new false) or new ones (new true): a 503 with Retry-After
-// for a request sent at since is then the truth. Both the samples here and a load balancer's
-// probes come once a second, so the window opens two sample intervals before the request.
-func (r *rehearsal) noCapableServerSince(new bool, since time.Time) bool {
+// noCapableServerAround says whether no ready server could serve the rehearsal's common
+// resources (new false) or new ones (new true) at some time around a request sent at sent and
+// just answered: a 503 with Retry-After is then the truth. The window opens probeLag before the
+// request, since a load balancer routes by probes that old, and closes two samples after the
+// answer, which it waits for: a server that refused connections for less than a sample interval
+// is seen down only by a sample that comes after the answer.
+func (r *rehearsal) noCapableServerAround(ctx context.Context, new bool, sent time.Time) bool {
+	sleep(ctx, 2*sampleInterval)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return !r.capableLocked(new) || !r.noCapableAt[new].Before(since.Add(-2*sampleInterval))
+	return !r.capableLocked(new) || !r.noCapableAt[new].Before(sent.Add(-probeLag))
 }
 
 // capableLocked says whether a ready server serves the rehearsal's resources (new ones only

@@ -47,9 +47,9 @@ type loggedLoadBalancer struct {
 	watching     sync.WaitGroup
 }
 
-// snapshotSampleInterval is how often the load balancer's snapshot is read: a quarter of the
-// rehearsal's own samples, so that a failed request can be set beside the view it was routed by.
-const snapshotSampleInterval = sampleInterval / 4
+// snapshotSampleInterval is how often the load balancer's snapshot is read: as often as the
+// servers are sampled, so that a failed request can be set beside the view it was routed by.
+const snapshotSampleInterval = sampleInterval
 
 // logSnapshots logs, with the time, every change of what the load balancer's snapshot says of each
 // server: its version, its health and the Service field-selector labels it accepts (those that
