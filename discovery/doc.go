@@ -50,9 +50,10 @@
 // "fieldSelectors" and "missingFields" name a resource as
 // "<group>/<version>/<resource>", for the core group "<version>/<resource>"
 // ("v1/services"; ResourceKey), never a subresource, and only resources the
-// server serves. "fieldSelectors" is there only for resources whose label
-// sets differ between the snapshot's servers, and then every server that
-// serves the resource lists it: a label no server lists is accepted by none.
+// server serves. "fieldSelectors" is there for resources whose label sets
+// differ between the snapshot's servers, or (the controller's choice) may
+// differ once an unhealthy server is back, and then every server that serves
+// the resource lists it: a label no server lists is accepted by none.
 // "missingFields" lists at most MaxMissingFields dotted paths per resource:
 // evidence, since routing only needs to know that the server lacks some.
 // Without either member a snapshot has no field-level knowledge and routes

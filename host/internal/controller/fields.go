@@ -80,7 +80,9 @@ func (r servedResource) listable() bool {
 //     between the servers serving it, each such server's labels: those of
 //     its version's table (labelsOfVersion), or for a resource the table
 //     lacks the metadata labels and the selectable fields its own OpenAPI v3
-//     document publishes for the kind;
+//     document publishes for the kind; and while one of them is unhealthy,
+//     for every resource whose labels the tables give for all of them and
+//     differ between the tables' minors;
 //   - for every resource at least two healthy servers serve, the field paths
 //     of the kind that another of them has and each one lacks (at most
 //     discovery.MaxMissingFields of them), where the servers' documents are known.
@@ -111,21 +113,23 @@ func computeFieldKnowledge(states []*serverState, tables []labelTable, docs map[
 		if len(servers) < 2 {
 			continue
 		}
-		assignSelectors(out, key, servers, states, versionLabels, docs)
+		assignSelectors(out, key, servers, states, tables, versionLabels, docs)
 		assignMissing(out, key, servers, states, docs)
 	}
 	return out
 }
 
 func assignSelectors(out []fieldKnowledge, key string, servers []servedResource, states []*serverState,
-	versionLabels []map[string][]string, docs map[string]*schemafields.Document) {
+	tables []labelTable, versionLabels []map[string][]string, docs map[string]*schemafields.Document) {
 	if !slices.ContainsFunc(servers, servedResource.listable) {
 		return
 	}
 	labels := make([][]string, len(servers))
-	differ := false
+	differ, fromTables, someUnhealthy := false, true, false
 	for i, r := range servers {
+		someUnhealthy = someUnhealthy || !states[r.server].healthy
 		l, known := versionLabels[r.server][key]
+		fromTables = fromTables && known
 		if !known {
 			l = metadataLabels(r.resource.Scope == "Namespaced")
 			if kind, ok := r.kindOf(states[r.server], docs); ok && len(kind.SelectableFields) > 0 {
@@ -140,7 +144,15 @@ func assignSelectors(out []fieldKnowledge, key string, servers []servedResource,
 		labels[i] = l
 		differ = differ || !slices.Equal(l, labels[0])
 	}
-	if !differ {
+	// Alike labels are said too while a server of the resource is unhealthy,
+	// if the tables give every server's and a minor release changed them: the
+	// unhealthy server's labels are those of the version it had, and back
+	// from a restart as a newer one it may be the one server that accepts a
+	// label. Unsaid, no server would be known to refuse that label, and the
+	// others' 400 would reach the client rather than a 503. Labels that come
+	// from a server's own schema are not said: an aggregated server publishes
+	// none, and would seem to refuse all but the metadata.
+	if !differ && !(someUnhealthy && fromTables && labelsChangedAcrossMinors(tables, key)) {
 		return
 	}
 	for i, r := range servers {

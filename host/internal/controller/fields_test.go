@@ -177,6 +177,13 @@ func TestEmbeddedLabelTablesCoverEveryCapturedVersion(t *testing.T) {
 			t.Errorf("%s accepts spec.clusterIP for services: %v, want %v", tc.version, got, tc.want)
 		}
 	}
+	// Which resources' labels a minor release changed: those said while a
+	// server is unhealthy.
+	for key, want := range map[string]bool{"v1/services": true, "v1/configmaps": false, "v1/pods": false, "no/such/resource": false} {
+		if got := labelsChangedAcrossMinors(tables, key); got != want {
+			t.Errorf("labels of %s changed across minors: %v, want %v", key, got, want)
+		}
+	}
 	if _, err := newLabelTables([]fieldselectors.Table{{Version: "v1.31.4"}, {Version: "v1.31.5"}}); err == nil {
 		t.Error("two tables of one minor were accepted")
 	}
@@ -228,13 +235,60 @@ func TestFieldSelectorsListEveryServerOfAResourceWhoseLabelsDiffer(t *testing.T)
 	}
 	checkPublishable(t, states, k)
 
-	// Servers of one version accept the same: nothing to say.
-	same := computeFieldKnowledge([]*serverState{newer, unknown}, testTables(t), map[string]*schemafields.Document{"H131": docs["H131"], "Hunfetched": docs["H131"]})
+	// Healthy servers of one version accept the same: nothing to say.
+	healthyNewer := fieldServer(t, "b-new", "v1.31.4", true, map[string]string{crdDoc: "H131"}, servicesResource, widgetsResource, gadgetsResource, leasesResource)
+	same := computeFieldKnowledge([]*serverState{healthyNewer, unknown}, testTables(t), map[string]*schemafields.Document{"H131": docs["H131"], "Hunfetched": docs["H131"]})
 	for i, s := range same {
 		if s.selectors != nil {
-			t.Errorf("server %d of one version: fieldSelectors %v, want none", i, s.selectors)
+			t.Errorf("healthy server %d of one version: fieldSelectors %v, want none", i, s.selectors)
 		}
 	}
+}
+
+func TestTableLabelsAreSaidWhileAServerOfTheResourceIsUnhealthy(t *testing.T) {
+	// Both servers were 1.30 when last probed; the unhealthy one may be back
+	// as 1.31, which accepts spec.clusterIP: the snapshot must say that no
+	// server known accepts it, so that the plugin answers 503 and not the
+	// healthy server's 400.
+	const crdDoc = "apis/example.com/v1"
+	healthy := fieldServer(t, "a", "v1.30.14", true, map[string]string{crdDoc: "H"}, servicesResource, widgetsResource, leasesResource)
+	restarting := fieldServer(t, "b", "v1.30.14", false, map[string]string{crdDoc: "H"}, servicesResource, widgetsResource, leasesResource)
+	docs := map[string]*schemafields.Document{"H": kindDoc("example.com", "v1", "Widget",
+		schemafields.Kind{Fields: fieldsOf("spec", "spec.color"), SelectableFields: []string{"spec.color"}})}
+	states := []*serverState{healthy, restarting}
+	k := computeFieldKnowledge(states, testTables(t), docs)
+	// Services are in the tables, which disagree on them; widgets' labels
+	// come from a schema and leases are in no test table: neither is said.
+	want := map[string][]string{"v1/services": {"metadata.name", "metadata.namespace"}}
+	for i := range states {
+		if !maps.EqualFunc(k[i].selectors, want, slices.Equal) {
+			t.Errorf("%s: fieldSelectors %v, want %v", states[i].id, k[i].selectors, want)
+		}
+	}
+	checkPublishable(t, states, k)
+
+	snap, err := discovery.NewSnapshot(1, "", []discovery.Server{
+		withSelectors(healthy.snapshotServer(), k[0].selectors), withSelectors(restarting.snapshotServer(), k[1].selectors)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := discovery.NewIndex(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &discovery.Request{Method: "GET", Path: "/api/v1/namespaces/default/services", Query: "fieldSelector=spec.clusterIP%21%3DNone"}
+	if d := ix.Decide(req, 0); d.Action != discovery.Unavailable {
+		t.Errorf("a 1.31 selector while the other server is down: %v, want Unavailable", d.Action)
+	}
+	req.Query = "fieldSelector=metadata.name%3Dkubernetes"
+	if d := ix.Decide(req, 0); d.Action == discovery.Unavailable {
+		t.Errorf("a selector the healthy server accepts: %v, want it served", d.Action)
+	}
+}
+
+func withSelectors(s discovery.Server, selectors map[string][]string) discovery.Server {
+	s.FieldSelectors = selectors
+	return s
 }
 
 func TestMissingFieldsComeFromTheHealthyServersSchemas(t *testing.T) {

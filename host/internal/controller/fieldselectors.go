@@ -90,3 +90,21 @@ func labelsOfVersion(tables []labelTable, gitVersion string) map[string][]string
 	}
 	return found
 }
+
+// labelsChangedAcrossMinors reports whether the tables that list the
+// resource disagree on its labels: a minor release added some.
+func labelsChangedAcrossMinors(tables []labelTable, key string) bool {
+	var first []string
+	seen := false
+	for _, t := range tables {
+		labels, ok := t.resources[key]
+		switch {
+		case !ok:
+		case !seen:
+			first, seen = labels, true
+		case !slices.Equal(labels, first):
+			return true
+		}
+	}
+	return false
+}
