@@ -96,8 +96,11 @@ type rehearsal struct {
 	// versions holds each node's API server's version while it is ready, "" while it is down
 	// or not ready.
 	versions map[string]string
-	// noCapableAt is when a sample last found no ready server able to serve the common
-	// resources (false) or the new ones (true).
+	// sampled is when each node's latest finished sample was sent.
+	sampled map[string]time.Time
+	// noCapableAt is when the latest sample that found no ready server able to serve the
+	// common resources (false) or the new ones (true) was sent: a server that does not answer
+	// is down from then on, however long its sample waited.
 	noCapableAt map[bool]time.Time
 	podFails    map[string]string
 }
@@ -105,7 +108,8 @@ type rehearsal struct {
 // Run runs the scenario from a cluster of three control-plane nodes at s.From to all of them at
 // s.To, and returns what it counted. It needs root.
 func Run(ctx context.Context, log testcluster.Logger, s Scenario) (counts Counts, err error) {
-	r := &rehearsal{s: s, log: log, versions: map[string]string{}, noCapableAt: map[bool]time.Time{}, podFails: map[string]string{}}
+	r := &rehearsal{s: s, log: log, versions: map[string]string{}, sampled: map[string]time.Time{}, noCapableAt: map[bool]time.Time{},
+		podFails: map[string]string{}}
 	r.tally = newTally(r.phase)
 	if r.cluster, err = kubenode.New(ctx, log); err != nil {
 		return counts, err
@@ -262,6 +266,7 @@ func (r *rehearsal) watchVersions(ctx context.Context, wg *sync.WaitGroup) {
 	for i, n := range r.nodes {
 		wg.Go(func() {
 			for ctx.Err() == nil {
+				sent := time.Now()
 				answered := ""
 				if _, err := r.direct[i].Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err == nil {
 					if v, err := r.direct[i].Discovery().ServerVersion(); err == nil {
@@ -270,13 +275,13 @@ func (r *rehearsal) watchVersions(ctx context.Context, wg *sync.WaitGroup) {
 				}
 				r.mu.Lock()
 				if previous, seen := r.versions[n.Name]; !seen || previous != answered {
-					r.log.Logf("node %s: API server ready as %q", n.Name, answered)
+					r.log.Logf("node %s: API server ready as %q (sampled at %s)", n.Name, answered, sent.Format(logTime))
 				}
 				r.versions[n.Name] = answered
-				now := time.Now()
+				r.sampled[n.Name] = sent
 				for _, new := range []bool{false, true} {
-					if !r.capableLocked(new) {
-						r.noCapableAt[new] = now
+					if !r.capableLocked(new) && sent.After(r.noCapableAt[new]) {
+						r.noCapableAt[new] = sent
 					}
 				}
 				r.mu.Unlock()
@@ -300,14 +305,33 @@ func (r *rehearsal) phase() string {
 // noCapableServerAround says whether no ready server could serve the rehearsal's common
 // resources (new false) or new ones (new true) at some time around a request sent at sent and
 // just answered: a 503 with Retry-After is then the truth. The window opens probeLag before the
-// request, since a load balancer routes by probes that old, and closes two samples after the
-// answer, which it waits for: a server that refused connections for less than a sample interval
-// is seen down only by a sample that comes after the answer.
+// request, since a load balancer routes by probes that old, and closes with the first samples
+// sent after the answer, which it waits for (at most maxJudgeWait): a server that refused
+// connections between two samples, or stopped answering, is seen down only by them.
 func (r *rehearsal) noCapableServerAround(ctx context.Context, new bool, sent time.Time) bool {
-	sleep(ctx, 2*sampleInterval)
+	answered := time.Now()
+	for deadline := answered.Add(maxJudgeWait); ctx.Err() == nil && time.Now().Before(deadline) && !r.sampledSince(answered); {
+		sleep(ctx, sampleInterval/5)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return !r.capableLocked(new) || !r.noCapableAt[new].Before(sent.Add(-probeLag))
+}
+
+// maxJudgeWait bounds how long a 503 waits for the samples that judge it: a sample of a server
+// that does not answer ends with its client's time-out.
+const maxJudgeWait = 35 * time.Second
+
+// sampledSince says whether every node has finished a sample sent after t.
+func (r *rehearsal) sampledSince(t time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, n := range r.nodes {
+		if !r.sampled[n.Name].After(t) {
+			return false
+		}
+	}
+	return true
 }
 
 // capableLocked says whether a ready server serves the rehearsal's resources (new ones only
