@@ -34,6 +34,8 @@ type Controller struct {
 	// frontProxyCheckDue is set while the front-proxy certificate has not
 	// been checked (Options.CheckFrontProxyCertificate).
 	frontProxyCheckDue atomic.Bool
+	// lost carries the clusters ServerLost reports to Run's goroutine.
+	lost chan string
 
 	// Touched only by Run's goroutine (and, during a probe, each server's own
 	// goroutine for its serverState).
@@ -139,6 +141,7 @@ func New(opts Options) (*Controller, error) {
 		local:       local,
 		metrics:     newMetrics(),
 		notices:     newNotices(o.Logger),
+		lost:        make(chan string, maxPendingLostReports),
 		servers:     map[string]*serverState{},
 		schemas:     newSchemas(),
 		labelTables: tables,
@@ -202,11 +205,49 @@ func (c *Controller) Run(ctx context.Context) error {
 	every := int(c.opts.PollInterval / c.opts.ReadinessInterval)
 	for round := 0; ; round++ {
 		c.poll(ctx, round%every == 0)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-ticker.C:
+				waiting = false
+			case cluster := <-c.lost:
+				c.markLost(ctx, cluster)
+			}
 		}
+	}
+}
+
+// ServerLost reports that a connection to the server of cluster failed, or
+// was lost before it answered, under a request: a server that died, or
+// restarted between two probes, which must not be sent requests until a
+// probe finds it ready with fresh documents (back from a restart, it may
+// answer before its authorizer has loaded, or be another version). It never
+// blocks; reports beyond what Run keeps up with are dropped, as they say
+// the same.
+func (c *Controller) ServerLost(cluster string) {
+	select {
+	case c.lost <- cluster:
+	default:
+	}
+}
+
+// maxPendingLostReports bounds the ServerLost reports waiting for Run: more
+// than one per server of a snapshot would only repeat one another.
+const maxPendingLostReports = discovery.MaxServers
+
+// markLost marks the healthy server of cluster unhealthy and publishes at
+// once; its next probe, which refreshes its documents, decides when it is
+// healthy again.
+func (c *Controller) markLost(ctx context.Context, cluster string) {
+	for _, s := range c.servers {
+		if s.cluster != cluster || !s.healthy {
+			continue
+		}
+		s.healthy = false
+		c.log.Warn("API server marked unhealthy: a connection to it failed under a request", "address", s.address, "id", s.id)
+		c.publish(ctx, time.Now(), c.snapshotServers())
+		return
 	}
 }
 

@@ -114,3 +114,31 @@ func TestReadinessIsProbedBetweenDiscoveryPolls(t *testing.T) {
 		t.Errorf("b healthy again as %s without its new documents", s.Version)
 	}
 }
+
+func TestServerLostUnderARequestIsUnhealthyAtOnce(t *testing.T) {
+	pki, a, b := newSkewedPair(t)
+	rec := &recorder{}
+	opts := testOptions(pki, rec, a, b)
+	// No probe comes between the report and the snapshot it publishes.
+	opts.PollInterval, opts.ReadinessInterval = time.Hour, time.Hour
+	c := startController(t, opts)
+	waitUntil(t, "Ready", c.Ready)
+	idB := ClusterName(b.address)
+	rec.waitOffer(t, "b healthy", func(snap *discovery.Snapshot) bool {
+		s := serverByID(snap, idB)
+		return s != nil && s.Healthy
+	})
+
+	c.ServerLost("no-such-cluster")
+	c.ServerLost(idB)
+	o := rec.waitOffer(t, "b unhealthy", func(snap *discovery.Snapshot) bool {
+		s := serverByID(snap, idB)
+		return s != nil && !s.Healthy
+	})
+	if s := serverByID(o.snap, ClusterName(a.address)); s == nil || !s.Healthy {
+		t.Error("a report of b's cluster took a out too")
+	}
+	if probes := b.requestCount(pathReadyz); probes != 1 {
+		t.Errorf("b's /readyz was probed %d times, want once (the first poll): the report alone must publish", probes)
+	}
+}

@@ -120,7 +120,12 @@ type Options struct {
 	MaxBufferedRequestBytes, MaxBufferedRequestBytesPerClient int64
 	// Requests, when set, counts the shapes of the resource requests received.
 	Requests *RequestLog
-	Logger   *slog.Logger
+	// OnServerLost, when set, is told the cluster of an API server a
+	// connection to which failed, or was lost before it answered, under a
+	// request (not a time-out): the health owner's evidence between two of
+	// its probes. It must not block.
+	OnServerLost func(cluster string)
+	Logger       *slog.Logger
 }
 
 func (o Options) complete() (Options, error) {

@@ -196,6 +196,9 @@ func (t *backendTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		case err != nil:
 			kind := errorKind(err)
 			t.g.metrics.upstreamError(sent.cluster, kind)
+			if (kind == "connect" || kind == "transport") && t.g.opts.OnServerLost != nil {
+				t.g.opts.OnServerLost(sent.cluster)
+			}
 			switch {
 			case isConnectFailure(err):
 				why = "unreachable"

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -297,5 +298,35 @@ func TestReadLostOnEveryCapableServerIsUnavailableWithRetryAfter(t *testing.T) {
 	}
 	if h.hitsOf("kube-a") != 2 || h.hitsOf("kube-b") != 2 {
 		t.Errorf("kube-a saw %d requests, kube-b %d; want each tried once per request", h.hitsOf("kube-a"), h.hitsOf("kube-b"))
+	}
+}
+
+func TestServersLostUnderARequestAreReportedToTheHealthOwner(t *testing.T) {
+	var mu sync.Mutex
+	var lost []string
+	handler := func(cluster string) http.Handler {
+		if cluster != "kube-a" {
+			return echoHandler(cluster)
+		}
+		return http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+			panic(http.ErrAbortHandler) // the connection or stream is cut, unanswered
+		})
+	}
+	h := newHarness(t, harnessConfig{servers: retryServers(), handler: handler, plugin: routeTo("kube-a"),
+		options: func(o *Options) {
+			o.OnServerLost = func(cluster string) {
+				mu.Lock()
+				defer mu.Unlock()
+				lost = append(lost, cluster)
+			}
+		}})
+	resp, got := do(t, h.client(nil, true), "GET", h.front.URL+widgets, nil, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(lost, " ") != "kube-a" {
+		t.Errorf("reported lost: %q, want only kube-a, once: the retry on kube-b was answered", lost)
 	}
 }

@@ -129,6 +129,8 @@ func New(cfg Config) (*Server, error) {
 		RetryAfterSeconds: cfg.RetryAfterSeconds,
 		RequestTimeout:    cfg.RequestTimeout,
 		Logger:            cfg.Logger,
+		// Requests reach the gateway only once the controller exists.
+		OnServerLost: func(cluster string) { s.ctrl.ServerLost(cluster) },
 
 		MaxRequestsInFlight:              cfg.MaxRequestsInFlight,
 		MaxMutatingRequestsInFlight:      cfg.MaxMutatingRequestsInFlight,
