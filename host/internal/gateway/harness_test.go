@@ -14,7 +14,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -421,13 +423,23 @@ func mustClient(t testing.TB, ca *devpki.CA, subject pkix.Name) tls.Certificate 
 // refusingAddress is a loopback address nothing listens on.
 func refusingAddress(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// A socket bound but never listening: connections to its port are
+	// refused, and, unlike a closed listener's port, the port cannot be
+	// handed to a backend started after it.
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	address := l.Addr().String()
-	l.Close()
-	return address
+	syscall.CloseOnExec(fd)
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	bound, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(bound.(*syscall.SockaddrInet4).Port))
 }
 
 // withHealth returns servers with the named clusters marked unhealthy.
