@@ -3,6 +3,7 @@ package rehearsal
 import (
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -100,9 +101,11 @@ func newTally(phase func() string) *tally {
 }
 
 // request records one request's outcome, status 0 for no HTTP answer at all, and reports
-// whether it counts as failed.
-func (t *tally) request(what string, status int, retryAfter, noCapableServer bool, detail string) (failed bool) {
+// whether it counts as failed. noCapableServer is asked only of a 503 with Retry-After, which it
+// allows when it says no capable server was up; it may wait for the evidence.
+func (t *tally) request(what string, status int, retryAfter bool, noCapableServer func() bool, detail string) (failed bool) {
 	ok := status >= 200 && status < 300
+	allowed := status == http.StatusServiceUnavailable && retryAfter && noCapableServer()
 	phase := ""
 	if !ok {
 		phase = t.phase()
@@ -113,7 +116,7 @@ func (t *tally) request(what string, status int, retryAfter, noCapableServer boo
 	if ok {
 		return false
 	}
-	if status == 503 && retryAfter && noCapableServer {
+	if allowed {
 		t.allowed503++
 		return false
 	}

@@ -2,17 +2,20 @@ package rehearsal
 
 import "testing"
 
+// always is a judge that finds no capable server up.
+func always() bool { return true }
+
 func TestTallyCountsFailuresByTheUpgradeStepTheyCameIn(t *testing.T) {
 	phase := "cp-1=v1.35.4 cp-2="
 	tl := newTally(func() string { return phase })
-	tl.request("GET /a", 200, false, false, "")
-	tl.request("GET /a", 404, false, false, "not found")
+	tl.request("GET /a", 200, false, nil, "")
+	tl.request("GET /a", 404, false, nil, "not found")
 	phase = "cp-1=v1.35.4 cp-2=v1.36.3"
-	tl.request("GET /a", 404, false, false, "not found")
-	if tl.request("GET /a", 503, true, true, "no capable server") {
+	tl.request("GET /a", 404, false, nil, "not found")
+	if tl.request("GET /a", 503, true, always, "no capable server") {
 		t.Error("a 503 with Retry-After while no capable server was up counted as failed")
 	}
-	if !tl.request("GET /a", 503, false, true, "lost in flight") {
+	if !tl.request("GET /a", 503, false, always, "lost in flight") {
 		t.Error("a 503 without Retry-After not counted as failed")
 	}
 	tl.watchEnded()

@@ -70,22 +70,18 @@ func (c *endpointClient) do(parent context.Context, r resource, method, path str
 		if parent.Err() != nil {
 			return answer{}
 		}
-		c.tally.request(method+" "+path, 0, false, false, err.Error())
+		c.tally.request(method+" "+path, 0, false, nil, err.Error())
 		return answer{}
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	c.tally.request(method+" "+path, resp.StatusCode, resp.Header.Get("Retry-After") != "", c.unavailableAllowed(parent, resp, r, sent), firstLine(data))
+	c.tally.request(method+" "+path, resp.StatusCode, resp.Header.Get("Retry-After") != "", c.noCapableServer(parent, r, sent), firstLine(data))
 	return answer{status: resp.StatusCode, body: data}
 }
 
-// unavailableAllowed says whether resp is a 503 with Retry-After that came while no capable
-// server was up; only such an answer waits for the samples that judge it.
-func (c *endpointClient) unavailableAllowed(ctx context.Context, resp *http.Response, r resource, sent time.Time) bool {
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
-		return false
-	}
-	return c.noCapableServerAround(ctx, r.new, sent)
+// noCapableServer is the judge of a 503 for a request on r sent at sent (tally.request).
+func (c *endpointClient) noCapableServer(ctx context.Context, r resource, sent time.Time) func() bool {
+	return func() bool { return c.noCapableServerAround(ctx, r.new, sent) }
 }
 
 func firstLine(b []byte) string {
@@ -150,7 +146,7 @@ func (c *endpointClient) watchOnce(ctx context.Context, r resource, resourceVers
 	sent := time.Now()
 	resp, err := c.http.Do(req)
 	if err != nil {
-		if ctx.Err() == nil && c.tally.request("watch "+r.collection, 0, false, false, err.Error()) && resourceVersion != "" {
+		if ctx.Err() == nil && c.tally.request("watch "+r.collection, 0, false, nil, err.Error()) && resourceVersion != "" {
 			c.tally.watchInterrupted()
 		}
 		return resourceVersion
@@ -158,13 +154,13 @@ func (c *endpointClient) watchOnce(ctx context.Context, r resource, resourceVers
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if c.tally.request("watch "+r.collection, resp.StatusCode, resp.Header.Get("Retry-After") != "", c.unavailableAllowed(ctx, resp, r, sent), firstLine(data)) &&
+		if c.tally.request("watch "+r.collection, resp.StatusCode, resp.Header.Get("Retry-After") != "", c.noCapableServer(ctx, r, sent), firstLine(data)) &&
 			resourceVersion != "" {
 			c.tally.watchInterrupted()
 		}
 		return resourceVersion
 	}
-	c.tally.request("watch "+r.collection, resp.StatusCode, false, false, "")
+	c.tally.request("watch "+r.collection, resp.StatusCode, false, nil, "")
 	scanner := bufio.NewScanner(resp.Body)
 	scanner.Buffer(make([]byte, 1<<20), 4<<20)
 	for scanner.Scan() {

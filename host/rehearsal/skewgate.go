@@ -47,13 +47,10 @@ type loggedLoadBalancer struct {
 	watching     sync.WaitGroup
 }
 
-// snapshotSampleInterval is how often the load balancer's snapshot is read: as often as the
-// servers are sampled, so that a failed request can be set beside the view it was routed by.
-const snapshotSampleInterval = sampleInterval
-
 // logSnapshots logs, with the time, every change of what the load balancer's snapshot says of each
 // server: its version, its health and the Service field-selector labels it accepts (those that
-// decide where the 1.31 kubelet's Service list goes).
+// decide where the 1.31 kubelet's Service list goes), read as often as the servers are sampled so
+// that a failed request can be set beside the view it was routed by.
 func (l *loggedLoadBalancer) logSnapshots(ctx context.Context) {
 	last := ""
 	for ctx.Err() == nil {
@@ -63,7 +60,7 @@ func (l *loggedLoadBalancer) logSnapshots(ctx context.Context) {
 				last = view
 			}
 		}
-		sleep(ctx, snapshotSampleInterval)
+		sleep(ctx, sampleInterval)
 	}
 }
 

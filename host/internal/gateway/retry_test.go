@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -281,12 +282,7 @@ func TestReadsWhoseConnectionIsLostBeforeAnAnswerAreRetriedElsewhere(t *testing.
 }
 
 func TestReadLostOnEveryCapableServerIsUnavailableWithRetryAfter(t *testing.T) {
-	cut := func(string) http.Handler {
-		return http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
-			panic(http.ErrAbortHandler) // the connection or stream is cut, unanswered
-		})
-	}
-	h := newHarness(t, harnessConfig{servers: retryServers(), handler: cut, plugin: routeTo("kube-a")})
+	h := newHarness(t, harnessConfig{servers: retryServers(), handler: cutOn("kube-a", "kube-b", "kube-c"), plugin: routeTo("kube-a")})
 	for _, http2 := range []bool{false, true} {
 		resp, got := do(t, h.client(nil, http2), "GET", h.front.URL+widgets, nil, nil)
 		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
@@ -304,15 +300,7 @@ func TestReadLostOnEveryCapableServerIsUnavailableWithRetryAfter(t *testing.T) {
 func TestServersLostUnderARequestAreReportedToTheHealthOwner(t *testing.T) {
 	var mu sync.Mutex
 	var lost []string
-	handler := func(cluster string) http.Handler {
-		if cluster != "kube-a" {
-			return echoHandler(cluster)
-		}
-		return http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
-			panic(http.ErrAbortHandler) // the connection or stream is cut, unanswered
-		})
-	}
-	h := newHarness(t, harnessConfig{servers: retryServers(), handler: handler, plugin: routeTo("kube-a"),
+	h := newHarness(t, harnessConfig{servers: retryServers(), handler: cutOn("kube-a"), plugin: routeTo("kube-a"),
 		options: func(o *Options) {
 			o.OnServerLost = func(cluster string) {
 				mu.Lock()
@@ -328,5 +316,16 @@ func TestServersLostUnderARequestAreReportedToTheHealthOwner(t *testing.T) {
 	defer mu.Unlock()
 	if strings.Join(lost, " ") != "kube-a" {
 		t.Errorf("reported lost: %q, want only kube-a, once: the retry on kube-b was answered", lost)
+	}
+}
+
+// cutOn makes the named clusters' servers cut every request's connection or
+// stream, unanswered; the others echo.
+func cutOn(clusters ...string) func(string) http.Handler {
+	return func(cluster string) http.Handler {
+		if !slices.Contains(clusters, cluster) {
+			return echoHandler(cluster)
+		}
+		return http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) })
 	}
 }
