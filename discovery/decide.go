@@ -108,22 +108,36 @@ func (ix *Index) Capable(req *Request, excluded ServerSet) ServerSet {
 func (ix *Index) Routable() ServerSet { return ix.routable }
 
 // choice is what a decision picks from: the routable servers (less any a
-// retry excludes), the preferred server (-1 for none, or when excluded) and
+// retry excludes), those of them that are not draining (all of them when
+// every one is), the preferred server (-1 for none, or when excluded) and
 // the pick counter.
 type choice struct {
-	routable  ServerSet
-	preferred int
-	pick      uint64
+	routable, active ServerSet
+	preferred        int
+	pick             uint64
 }
 
 // choiceWithout is the choice of a decision that leaves out the servers in
 // excluded.
 func (ix *Index) choiceWithout(excluded ServerSet, pick uint64) choice {
 	c := choice{routable: ix.routable &^ excluded, preferred: ix.preferred, pick: pick}
+	c.active = c.routable &^ ix.draining
+	if c.active == 0 {
+		c.active = c.routable
+	}
 	if c.preferred >= 0 && excluded.Has(c.preferred) {
 		c.preferred = -1
 	}
 	return c
+}
+
+// prefer narrows set to its servers that are not draining, when it has any:
+// a draining server takes only what no other routable server can.
+func (c *choice) prefer(set ServerSet) ServerSet {
+	if active := set & c.active; active != 0 {
+		return active
+	}
+	return set
 }
 
 // decide is Decide, also returning the set the decision picked from (see
@@ -255,13 +269,14 @@ func (ix *Index) route(capable ServerSet, c choice) (Decision, ServerSet) {
 		// Nobody serves it: a real server gives the honest 404.
 		return ix.anyServer(c)
 	}
-	candidates := capable & c.routable
+	routable := capable & c.routable
+	candidates := c.prefer(routable)
 	switch {
 	case candidates == 0:
 		return Decision{Action: Unavailable}, 0
 	case c.preferred >= 0 && candidates.Has(c.preferred):
 		return Decision{Action: Route, Server: c.preferred}, 1 << uint(c.preferred)
-	case candidates == c.routable:
+	case routable == c.routable:
 		return ix.anyServer(c)
 	}
 	return Decision{Action: Route, Server: candidates.Pick(c.pick), Rerouted: true}, candidates
@@ -270,17 +285,19 @@ func (ix *Index) route(capable ServerSet, c choice) (Decision, ServerSet) {
 // anyServer is where a request that every server answers alike goes: to the
 // gateway's load balancing (over every routable server), or in node-local
 // mode to the preferred server, to a healthy peer while it is down, and to
-// the load balancing when none is healthy.
+// the load balancing when none is healthy. While a routable server drains,
+// and another does not, the request is routed to one that does not, since
+// the gateway's load balancing knows nothing of draining.
 func (ix *Index) anyServer(c choice) (Decision, ServerSet) {
 	switch {
-	case c.preferred < 0 || ix.healthy == 0:
+	case (c.preferred < 0 || ix.healthy == 0) && c.active == c.routable:
 		return Decision{Action: Forward}, c.routable
-	case c.routable.Has(c.preferred):
+	case c.preferred >= 0 && c.active.Has(c.preferred):
 		return Decision{Action: Route, Server: c.preferred}, 1 << uint(c.preferred)
-	case c.routable == 0:
+	case c.active == 0:
 		return Decision{Action: Unavailable}, 0
 	}
-	return Decision{Action: Route, Server: c.routable.Pick(c.pick)}, c.routable
+	return Decision{Action: Route, Server: c.active.Pick(c.pick)}, c.active
 }
 
 // UnavailableStatus is the body of the 503 answer: a Kubernetes Status object

@@ -30,6 +30,8 @@
 //	      "cluster": "apiserver-a",         // the gateway's upstream (Envoy cluster) for this server; no '+' (see FrontProxyClusterSuffix)
 //	      "version": "v1.36.3",             // the server's gitVersion from /version
 //	      "healthy": true,                  // /readyz answered 200 on the last probe
+//	      "draining": true,                 // optional (1.2; absent: false): about to be stopped, its
+//	                                        // node cordoned; other capable servers are preferred
 //	      "apis": { APIGroupDiscoveryList },// the server's own GET /apis, Accept ...;profile=nopeer
 //	      "api":  { APIGroupDiscoveryList },// the server's own GET /api, same Accept
 //	      "openapiV3": {"apis/apps/v1": "<hash>", ...}, // optional: the server's GET /openapi/v3

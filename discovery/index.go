@@ -58,6 +58,8 @@ type Index struct {
 	healthy ServerSet
 	// routable is healthy, or all while no server is healthy (Routable).
 	routable ServerSet
+	// draining are the servers about to be stopped (Server.Draining).
+	draining ServerSet
 	// preferred indexes Servers() in node-local mode, -1 otherwise.
 	preferred int
 	// gvr and gv come from every server's /apis and /api; group holds, per API
@@ -97,6 +99,9 @@ func NewIndexWith(snap *Snapshot, options IndexOptions) (*Index, error) {
 		ix.all |= bit
 		if srv.Healthy {
 			ix.healthy |= bit
+		}
+		if srv.Draining {
+			ix.draining |= bit
 		}
 		for _, list := range [2]*GroupList{&srv.APIs, &srv.Core} {
 			for g := range list.Items {

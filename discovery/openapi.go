@@ -304,7 +304,7 @@ func (ix *Index) decideOpenAPI(req *Request, c choice) (d Decision, from ServerS
 		if c.routable == 0 {
 			return Decision{Action: Unavailable, Version: openAPIV2Path}, 0, true
 		}
-		v2 := ix.best(c.routable, o.coverage)
+		v2 := ix.best(c.prefer(c.routable), o.coverage)
 		return Decision{Action: Route, Server: v2}, 1 << uint(v2), true
 	case req.Path == openAPIV3Root:
 		if o.document == nil {
@@ -325,14 +325,14 @@ func (ix *Index) decideOpenAPI(req *Request, c choice) (d Decision, from ServerS
 	// Whoever published the hash serves exactly those bytes: the immutable
 	// caching kube-apiserver promises for a hashed URL stays true.
 	if hash := queryValue(req.Query, "hash"); hash != "" {
-		if set := o.published[openAPIKey{path, hash}] & c.routable; set != 0 {
+		if set := c.prefer(o.published[openAPIKey{path, hash}] & c.routable); set != 0 {
 			if c.preferred >= 0 && set.Has(c.preferred) {
 				return Decision{Action: Route, Server: c.preferred}, 1 << uint(c.preferred), true
 			}
 			return Decision{Action: Route, Server: set.Pick(c.pick)}, set, true
 		}
 	}
-	publishers := route.publishers & c.routable
+	publishers := c.prefer(route.publishers & c.routable)
 	if publishers == 0 {
 		// Only servers that are down publish it.
 		d.Action = Unavailable

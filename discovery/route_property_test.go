@@ -15,13 +15,15 @@ type routingPlane struct {
 }
 
 // withHealthAndPreference is snap's servers under random health (none
-// healthy now and then) and, in turn, no preferred server or a random one.
+// healthy now and then) and draining and, in turn, no preferred server or a
+// random one.
 func withHealthAndPreference(t testing.TB, rng *rand.Rand, snap *Snapshot) *Index {
 	t.Helper()
 	servers := slices.Clone(snap.Servers)
 	allDown := rng.IntN(8) == 0
 	for i := range servers {
 		servers[i].Healthy = !allDown && rng.IntN(3) > 0
+		servers[i].Draining = rng.IntN(4) == 0
 	}
 	preferred := ""
 	if rng.IntN(2) == 0 {

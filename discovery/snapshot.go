@@ -42,6 +42,12 @@ type Server struct {
 	Cluster string
 	Version string
 	Healthy bool
+	// Draining marks a server about to be stopped (its node is cordoned for
+	// maintenance, as kubeadm's upgrade procedure does before it restarts
+	// the kubelet, which restarts the server): requests go to other capable
+	// servers while there are any, so that none is in flight on it when it
+	// stops. Since schema 1.2.
+	Draining bool
 	// APIs and Core are the server's own (nopeer) /apis and /api documents.
 	APIs GroupList
 	Core GroupList
@@ -304,6 +310,22 @@ var serverMembers = [...]member[Server]{
 			return nil
 		},
 		write: func(dst []byte, s *Server) []byte { return strconv.AppendBool(dst, s.Healthy) },
+	},
+	// Since schema 1.2.
+	{
+		name: "draining",
+		read: func(v JSONValue, s *Server, _ *reading) error {
+			if !v.Exists() {
+				return nil
+			}
+			if !v.IsBool() {
+				return fmt.Errorf("must be true or false, got %s", describeValue(v))
+			}
+			s.Draining = v.Bool()
+			return nil
+		},
+		omitted: func(s *Server) bool { return !s.Draining },
+		write:   func(dst []byte, s *Server) []byte { return strconv.AppendBool(dst, s.Draining) },
 	},
 	groupListMember("apis", func(s *Server) *GroupList { return &s.APIs }),
 	groupListMember("api", func(s *Server) *GroupList { return &s.Core }),

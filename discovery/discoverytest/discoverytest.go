@@ -13,7 +13,7 @@ import (
 // Server describes one API server of a test control plane.
 type Server struct {
 	ID, Cluster, Version string
-	Healthy              bool
+	Healthy, Draining    bool
 	// Groups maps "group/version" to resource names; the core group is "/v1".
 	Groups map[string][]string
 	// OpenAPI maps the paths of the server's /openapi/v3 index ("apis/apps/v1")
@@ -134,6 +134,7 @@ func SnapshotJSON(generation uint64, servers []Server) json.RawMessage {
 		srv := ServerOf(s.ID, s.Cluster, s.Version, s.Healthy,
 			GroupListJSON(s.Groups, false), GroupListJSON(s.Groups, true), s.OpenAPI)
 		srv.FieldSelectors, srv.MissingFields = s.FieldSelectors, s.MissingFields
+		srv.Draining = s.Draining
 		members = append(members, srv)
 	}
 	return Encode(generation, "", members...)
