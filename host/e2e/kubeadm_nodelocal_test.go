@@ -479,6 +479,9 @@ func TestKubeadmNodeLocalSkewgateInstalledAndRemovedAsTheREADMESays(t *testing.T
 	if _, err := client.RbacV1().Roles(metav1.NamespaceSystem).Get(ctx, "skewgate:identity-leases", metav1.GetOptions{}); err == nil {
 		t.Error("rbac.yaml's Role is still there")
 	}
+	if _, err := client.RbacV1().ClusterRoles().Get(ctx, "skewgate:cordoned-nodes", metav1.GetOptions{}); err == nil {
+		t.Error("rbac.yaml's ClusterRole is still there")
+	}
 	t.Logf("removed as the README says, the components work without it: %s", time.Since(start).Round(time.Second))
 	t.Logf("scenario took %s", time.Since(scenarioStart).Round(time.Second))
 }

@@ -89,11 +89,13 @@ func asWire[T runtime.Object](obj runtime.Object, out T) T {
 }
 
 // fakeCluster lists and watches client as clusterListersFor does a real
-// cluster: identity leases in kube-system, EndpointSlices in default, decoded
-// from their JSON.
+// cluster: identity leases in kube-system, EndpointSlices in default and
+// nodes, decoded from their JSON. The fake client ignores field selectors:
+// every node is listed, cordoned or not.
 func fakeCluster(client *fake.Clientset) *ClusterListers {
 	leases := client.CoordinationV1().Leases(identityLeaseNamespace)
 	slices := client.DiscoveryV1().EndpointSlices(kubernetesServiceNamespace)
+	nodes := client.CoreV1().Nodes()
 	// The fake client cannot stream initial lists; the wrapper says so.
 	return &ClusterListers{
 		Leases: cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
@@ -118,6 +120,27 @@ func fakeCluster(client *fake.Clientset) *ClusterListers {
 				return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
 					if s, ok := e.Object.(*discoveryv1.EndpointSlice); ok {
 						e.Object = asWire(s, &endpointSlice{})
+					}
+					return e, true
+				}), nil
+			},
+		}, client),
+		Nodes: cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				l, err := nodes.List(ctx, o)
+				if err != nil {
+					return nil, err
+				}
+				return asWire(l, &nodeList{}), nil
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				w, err := nodes.Watch(ctx, o)
+				if err != nil {
+					return nil, err
+				}
+				return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+					if n, ok := e.Object.(*corev1.Node); ok {
+						e.Object = asWire(n, &node{})
 					}
 					return e, true
 				}), nil

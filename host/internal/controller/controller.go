@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/skewgate/skewgate/discovery"
 )
@@ -36,6 +39,14 @@ type Controller struct {
 	frontProxyCheckDue atomic.Bool
 	// lost carries the clusters ServerLost reports to Run's goroutine.
 	lost chan string
+	// cordons are the cordoned nodes; nil when the controller cannot read
+	// nodes. cordonsChanged wakes Run's goroutine when they change.
+	cordons        *cordonSource
+	cordonsChanged chan struct{}
+	nodeErrors     distinctErrors
+	// readable are the addresses of the healthy servers, those that do not
+	// drain first, which a node client without a kubeconfig reads through.
+	readable atomic.Pointer[[]string]
 
 	// Touched only by Run's goroutine (and, during a probe, each server's own
 	// goroutine for its serverState).
@@ -85,6 +96,9 @@ type serverState struct {
 
 	healthy     bool
 	lastHealthy time.Time
+	// drainingNode names the cordoned node the server runs on; "" when it
+	// is not draining.
+	drainingNode string
 	// failures counts the consecutive probes that got no answer.
 	failures   int
 	version    string
@@ -108,7 +122,7 @@ func (s *serverState) forgetDocuments() {
 // snapshotServer is the server as the snapshot describes it.
 func (s *serverState) snapshotServer() discovery.Server {
 	srv := discovery.Server{ID: s.id, Cluster: s.cluster, Version: s.version, Healthy: s.healthy,
-		APIs: s.apis.value, Core: s.core.value}
+		Draining: s.drainingNode != "", APIs: s.apis.value, Core: s.core.value}
 	if s.openAPI.ok {
 		srv.OpenAPI = s.openAPI.value
 	}
@@ -134,17 +148,18 @@ func New(opts Options) (*Controller, error) {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
 	c := &Controller{
-		opts:        o,
-		log:         o.Logger,
-		fetcher:     &fetcher{timeout: o.RequestTimeout, maxBytes: o.MaxResponseBytes},
-		static:      static,
-		local:       local,
-		metrics:     newMetrics(),
-		notices:     newNotices(o.Logger),
-		lost:        make(chan string, maxPendingLostReports),
-		servers:     map[string]*serverState{},
-		schemas:     newSchemas(),
-		labelTables: tables,
+		opts:           o,
+		log:            o.Logger,
+		fetcher:        &fetcher{timeout: o.RequestTimeout, maxBytes: o.MaxResponseBytes},
+		static:         static,
+		local:          local,
+		metrics:        newMetrics(),
+		notices:        newNotices(o.Logger),
+		lost:           make(chan string, maxPendingLostReports),
+		cordonsChanged: make(chan struct{}, 1),
+		servers:        map[string]*serverState{},
+		schemas:        newSchemas(),
+		labelTables:    tables,
 	}
 	c.fetcher.client.Store(client)
 	o.PeerCA.OnChange(c.renewClient)
@@ -162,8 +177,20 @@ func New(opts Options) (*Controller, error) {
 			return nil, fmt.Errorf("controller: cluster client: %w", err)
 		}
 	}
-	if listers != nil {
+	var nodes cache.ListerWatcher
+	switch {
+	case listers != nil:
 		c.cluster = newClusterSource(*listers)
+		nodes = listers.Nodes
+	case o.FrontProxyCertificate != nil:
+		transport := &throughServers{client: c.fetcher.client.Load, healthy: &c.readable}
+		// The host is never dialled: the transport picks a server.
+		if nodes, err = nodeLister(&rest.Config{Host: "https://apiservers.invalid", Transport: transport}); err != nil {
+			return nil, fmt.Errorf("controller: node client: %w", err)
+		}
+	}
+	if nodes != nil {
+		c.cordons = newCordonSource(nodes, c.cordonChanged, c.nodeWatchFailed)
 	}
 	return c, nil
 }
@@ -191,6 +218,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	// Runs before the deferred close above: the fetches use ctx, which is
 	// done when Run returns.
 	defer c.schemas.running.Wait()
+	if c.cordons != nil {
+		defer c.cordons.stop()
+		c.cordons.start(ctx)
+	}
 	if c.cluster != nil {
 		defer c.cluster.stop()
 		if err := c.cluster.start(ctx); err != nil {
@@ -213,6 +244,8 @@ func (c *Controller) Run(ctx context.Context) error {
 				waiting = false
 			case cluster := <-c.lost:
 				c.markLost(ctx, cluster)
+			case <-c.cordonsChanged:
+				c.publish(ctx, time.Now(), c.snapshotServers())
 			}
 		}
 	}
@@ -230,6 +263,66 @@ func (c *Controller) ServerLost(cluster string) {
 	case c.lost <- cluster:
 	default:
 	}
+}
+
+// cordonChanged tells Run that a node was cordoned or uncordoned; the
+// snapshot that says which servers drain is published at once, not at the
+// next probe, as the kubelet's restart may follow the cordon within a
+// second.
+func (c *Controller) cordonChanged() {
+	select {
+	case c.cordonsChanged <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Controller) nodeWatchFailed(err error) {
+	if c.nodeErrors.isNew(err) {
+		c.log.Warn("cannot watch the cordoned nodes, so the API servers of cordoned nodes are not drained; does the controller's identity have rbac.yaml's nodes list and watch?", "err", err)
+	}
+}
+
+// updateDraining marks draining the servers on cordoned nodes (see
+// cordonedNodesSelector), matching a server's address to the nodes'
+// addresses, and keeps readable current.
+func (c *Controller) updateDraining() {
+	var addrs map[netip.Addr]string
+	if c.cordons != nil {
+		addrs = drainingAddresses(c.cordons.cordoned())
+	}
+	defer c.updateReadable()
+	for _, s := range c.servers {
+		node := ""
+		if ap, err := netip.ParseAddrPort(s.address); err == nil {
+			node = addrs[ap.Addr().Unmap()]
+		}
+		switch {
+		case node == s.drainingNode:
+			continue
+		case node != "":
+			c.log.Info("API server draining: its node is cordoned; it is sent only what no other server serves", "address", s.address, "id", s.id, "node", node)
+		default:
+			c.log.Info("API server no longer draining: its node is uncordoned", "address", s.address, "id", s.id, "node", s.drainingNode)
+		}
+		s.drainingNode = node
+	}
+}
+
+func (c *Controller) updateReadable() {
+	var healthy, active []string
+	for _, s := range c.servers {
+		if s.healthy {
+			healthy = append(healthy, s.address)
+			if s.drainingNode == "" {
+				active = append(active, s.address)
+			}
+		}
+	}
+	if len(active) > 0 {
+		healthy = active
+	}
+	slices.Sort(healthy)
+	c.readable.Store(&healthy)
 }
 
 // maxPendingLostReports bounds the ServerLost reports waiting for Run: more
@@ -525,6 +618,7 @@ func (c *Controller) expireUnhealthy(now time.Time) {
 // publish builds the snapshot of the servers (snapshotServers) and hands it
 // over when it changed, or when the previous hand-over failed.
 func (c *Controller) publish(ctx context.Context, now time.Time, states []*serverState) {
+	c.updateDraining()
 	if unnumbered := c.unnumbered(states); c.changed(unnumbered) {
 		c.pending = c.build(states, unnumbered)
 		c.unpublishable = c.pending == nil

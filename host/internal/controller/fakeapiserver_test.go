@@ -12,6 +12,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -98,6 +99,8 @@ type fakeAPIServer struct {
 	// clientCNs counts requests by the common name of the client
 	// certificate of their connection.
 	clientCNs map[string]int
+	// listenIP is the address to listen on; "" for 127.0.0.1.
+	listenIP string
 }
 
 // fakeServerOption adjusts a fake API server before it starts.
@@ -106,6 +109,12 @@ type fakeServerOption func(f *fakeAPIServer, tlsConfig *tls.Config)
 // withServingCert replaces the serving certificate signed by the peer CA.
 func withServingCert(cert tls.Certificate) fakeServerOption {
 	return func(_ *fakeAPIServer, c *tls.Config) { c.Certificates = []tls.Certificate{cert} }
+}
+
+// onLoopback listens on another loopback address than 127.0.0.1, so that a
+// test can tell servers apart by IP address, as the nodes' addresses do.
+func onLoopback(ip string) fakeServerOption {
+	return func(f *fakeAPIServer, _ *tls.Config) { f.listenIP = ip }
 }
 
 // withBearerToken authenticates requests by token instead of as a front proxy.
@@ -146,6 +155,14 @@ func newFakeAPIServer(t *testing.T, pki *testPKI, version string, groups map[str
 		o(f, tlsConfig)
 	}
 	f.srv = httptest.NewUnstartedServer(f)
+	if f.listenIP != "" {
+		l, err := net.Listen("tcp", net.JoinHostPort(f.listenIP, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.srv.Listener.Close()
+		f.srv.Listener = l
+	}
 	f.srv.TLS = tlsConfig
 	// Refused handshakes are what some tests expect; keep them out of the output.
 	f.srv.Config.ErrorLog = log.New(io.Discard, "", 0)

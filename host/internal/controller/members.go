@@ -245,20 +245,23 @@ func addEndpointSlices(scheme *runtime.Scheme) error {
 }
 
 // ClusterListers list and watch what API servers announce themselves in, as
-// clusterListersFor's do: Leases yields *coordinationv1.Lease objects,
-// EndpointSlices *endpointSlice ones. The controller narrows both to the
-// labels it trusts and re-checks namespace and labels of everything they
-// return.
+// clusterListersFor's do, and the nodes: Leases yields *coordinationv1.Lease
+// objects, EndpointSlices *endpointSlice ones, Nodes *node ones. The
+// controller narrows them to the labels and fields it trusts and re-checks
+// namespace, labels and fields of everything they return.
 type ClusterListers struct {
 	// Leases are the identity leases (kube-system).
 	Leases cache.ListerWatcher
 	// EndpointSlices are the kubernetes Service's EndpointSlices (default).
 	EndpointSlices cache.ListerWatcher
+	// Nodes are the nodes, whose cordons mark their API servers draining
+	// (see cordonedNodesSelector); without them, no server drains.
+	Nodes cache.ListerWatcher
 }
 
-// clusterListersFor lists and watches through cfg with clients of the two API
-// groups only: the full clientset would link and register every Kubernetes API
-// type, about 10 MiB of resident memory for two resources.
+// clusterListersFor lists and watches through cfg with clients of the API
+// groups needed only: the full clientset would link and register every
+// Kubernetes API type, about 10 MiB of resident memory for three resources.
 func clusterListersFor(cfg *rest.Config) (*ClusterListers, error) {
 	leases, err := groupClient(cfg, coordinationv1.SchemeGroupVersion, coordinationv1.AddToScheme)
 	if err != nil {
@@ -268,9 +271,14 @@ func clusterListersFor(cfg *rest.Config) (*ClusterListers, error) {
 	if err != nil {
 		return nil, err
 	}
+	nodes, err := nodeLister(cfg)
+	if err != nil {
+		return nil, err
+	}
 	return &ClusterListers{
 		Leases:         cache.NewListWatchFromClient(leases, "leases", identityLeaseNamespace, fields.Everything()),
 		EndpointSlices: cache.NewListWatchFromClient(endpointSlices, "endpointslices", kubernetesServiceNamespace, fields.Everything()),
+		Nodes:          nodes,
 	}, nil
 }
 
@@ -281,6 +289,9 @@ func groupClient(cfg *rest.Config, gv schema.GroupVersion, addToScheme func(*run
 	}
 	c := rest.CopyConfig(cfg)
 	c.APIPath = "/apis"
+	if gv.Group == "" {
+		c.APIPath = "/api"
+	}
 	c.GroupVersion = &gv
 	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
 	if c.UserAgent == "" {
@@ -289,26 +300,27 @@ func groupClient(cfg *rest.Config, gv schema.GroupVersion, addToScheme func(*run
 	return rest.RESTClientFor(c)
 }
 
-// labelled lists and watches only objects carrying selector.
-type labelled struct {
-	lw       cache.ListerWatcher
-	selector string
+// selected lists and watches only objects matching its label and field
+// selectors.
+type selected struct {
+	lw            cache.ListerWatcher
+	labels, field string
 }
 
-func (l labelled) List(o metav1.ListOptions) (runtime.Object, error) {
-	o.LabelSelector = l.selector
-	return l.lw.List(o)
+func (s selected) List(o metav1.ListOptions) (runtime.Object, error) {
+	o.LabelSelector, o.FieldSelector = s.labels, s.field
+	return s.lw.List(o)
 }
 
-func (l labelled) Watch(o metav1.ListOptions) (watch.Interface, error) {
-	o.LabelSelector = l.selector
-	return l.lw.Watch(o)
+func (s selected) Watch(o metav1.ListOptions) (watch.Interface, error) {
+	o.LabelSelector, o.FieldSelector = s.labels, s.field
+	return s.lw.Watch(o)
 }
 
 // IsWatchListSemanticsUnSupported passes on whether the wrapped lister can
 // stream its initial list as watch events; the reflector asks.
-func (l labelled) IsWatchListSemanticsUnSupported() bool {
-	return watchlist.DoesClientNotSupportWatchListSemantics(l.lw)
+func (s selected) IsWatchListSemanticsUnSupported() bool {
+	return watchlist.DoesClientNotSupportWatchListSemantics(s.lw)
 }
 
 // clusterSource watches the identity Leases and the kubernetes Service's
@@ -320,9 +332,9 @@ type clusterSource struct {
 
 func newClusterSource(l ClusterListers) *clusterSource {
 	return &clusterSource{
-		leases: cache.NewSharedIndexInformer(labelled{l.Leases, labels.Set{identityLabelKey: identityLabelValue}.String()},
+		leases: cache.NewSharedIndexInformer(selected{lw: l.Leases, labels: labels.Set{identityLabelKey: identityLabelValue}.String()},
 			&coordinationv1.Lease{}, 0, cache.Indexers{}),
-		slices: cache.NewSharedIndexInformer(labelled{l.EndpointSlices, labels.Set{serviceNameLabel: kubernetesServiceName}.String()},
+		slices: cache.NewSharedIndexInformer(selected{lw: l.EndpointSlices, labels: labels.Set{serviceNameLabel: kubernetesServiceName}.String()},
 			&endpointSlice{}, 0, cache.Indexers{}),
 	}
 }

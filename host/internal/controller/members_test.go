@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -272,20 +273,32 @@ func TestClusterClientsDecodeWhatKubeAPIServerSends(t *testing.T) {
 	grownSlice := slice.DeepCopy()
 	grownSlice.ResourceVersion = "11"
 	grownSlice.Endpoints = append(grownSlice.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.0.0.4"}})
+	cordoned := &corev1.Node{TypeMeta: metav1.TypeMeta{Kind: "Node", APIVersion: "v1"},
+		ObjectMeta: metav1.ObjectMeta{Name: "cp-1", ResourceVersion: "10"},
+		Spec:       corev1.NodeSpec{Unschedulable: true},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}, {Type: corev1.NodeHostName, Address: "cp-1"}}}}
+	readdressed := cordoned.DeepCopy()
+	readdressed.ResourceVersion = "11"
+	readdressed.Status.Addresses = append(readdressed.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "192.0.2.1"})
 	type resource struct {
 		list             runtime.Object
 		initial, changed metav1.Object
-		selector         string
+		selector, fields string
 	}
 	resources := map[string]resource{
 		"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases": {
 			&coordinationv1.LeaseList{TypeMeta: metav1.TypeMeta{Kind: "LeaseList", APIVersion: "coordination.k8s.io/v1"},
 				ListMeta: metav1.ListMeta{ResourceVersion: "10"}, Items: []coordinationv1.Lease{*lease}},
-			lease, movedLease, "apiserver.kubernetes.io/identity=kube-apiserver"},
+			lease, movedLease, "apiserver.kubernetes.io/identity=kube-apiserver", ""},
 		"/apis/discovery.k8s.io/v1/namespaces/default/endpointslices": {
 			&discoveryv1.EndpointSliceList{TypeMeta: metav1.TypeMeta{Kind: "EndpointSliceList", APIVersion: "discovery.k8s.io/v1"},
 				ListMeta: metav1.ListMeta{ResourceVersion: "10"}, Items: []discoveryv1.EndpointSlice{*slice}},
-			slice, grownSlice, "kubernetes.io/service-name=kubernetes"},
+			slice, grownSlice, "kubernetes.io/service-name=kubernetes", ""},
+		"/api/v1/nodes": {
+			&corev1.NodeList{TypeMeta: metav1.TypeMeta{Kind: "NodeList", APIVersion: "v1"},
+				ListMeta: metav1.ListMeta{ResourceVersion: "10"}, Items: []corev1.Node{*cordoned}},
+			cordoned, readdressed, "", "spec.unschedulable=true"},
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		res, ok := resources[r.URL.Path]
@@ -297,6 +310,9 @@ func TestClusterClientsDecodeWhatKubeAPIServerSends(t *testing.T) {
 		q := r.URL.Query()
 		if got := q.Get("labelSelector"); got != res.selector {
 			t.Errorf("%s: label selector %q, want %q", r.URL.Path, got, res.selector)
+		}
+		if got := q.Get("fieldSelector"); got != res.fields {
+			t.Errorf("%s: field selector %q, want %q", r.URL.Path, got, res.fields)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
@@ -328,18 +344,28 @@ func TestClusterClientsDecodeWhatKubeAPIServerSends(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := newClusterSource(*listers)
+	cordons := newCordonSource(listers.Nodes, func() {}, func(err error) { t.Errorf("node watch: %v", err) })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() {
 		cancel()
 		src.stop()
+		cordons.stop()
 	})
+	cordons.start(ctx)
 	if err := src.start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the watched changes", func() bool {
 		leases, endpointSlices := src.list()
-		return len(leases) == 1 && leases[0].ResourceVersion == "11" && len(endpointSlices) == 1 && endpointSlices[0].ResourceVersion == "11"
+		nodes := cordons.cordoned()
+		return len(leases) == 1 && leases[0].ResourceVersion == "11" && len(endpointSlices) == 1 && endpointSlices[0].ResourceVersion == "11" &&
+			len(nodes) == 1 && nodes[0].ResourceVersion == "11"
 	})
+	draining := drainingAddresses(cordons.cordoned())
+	want := map[netip.Addr]string{netip.MustParseAddr("10.0.0.1"): "cp-1", netip.MustParseAddr("192.0.2.1"): "cp-1"}
+	if !maps.Equal(draining, want) {
+		t.Errorf("draining addresses %v; want %v", draining, want)
+	}
 	leases, endpointSlices := src.list()
 	if got, err := leaseAddress(leases[0]); err != nil || got != "10.0.0.3:6443" || leases[0].Name != "apiserver-aaaa" {
 		t.Errorf("lease %s announces %q, %v; want apiserver-aaaa at 10.0.0.3:6443", leases[0].Name, got, err)
