@@ -71,6 +71,7 @@ func snapshotView(raw []byte) string {
 			Cluster        string              `json:"cluster"`
 			Version        string              `json:"version"`
 			Healthy        bool                `json:"healthy"`
+			Draining       bool                `json:"draining"`
 			FieldSelectors map[string][]string `json:"fieldSelectors"`
 		} `json:"servers"`
 	}
@@ -84,6 +85,9 @@ func snapshotView(raw []byte) string {
 			health = "healthy"
 		}
 		part := s.Cluster + " " + s.Version + " " + health
+		if s.Draining {
+			part += " draining"
+		}
 		if labels, ok := s.FieldSelectors["v1/services"]; ok {
 			part += " services[" + strings.Join(labels, ",") + "]"
 		}
