@@ -147,9 +147,9 @@ var (
 			"by the plugin's verdict and the cluster of the API server that answered (upstream; empty when the gateway or the plugin answered).",
 		Buckets: requestBuckets}
 	GatewayUpstreamErrors = Metric{Name: "skewgate_gateway_upstream_errors_total", Type: Counter, Exporter: Gateway, Labels: []string{"backend", "kind"},
-		Help: "Failed attempts to reach an API server, by backend cluster and kind (connect, tls, timeout, transport; shutting_down: the server refused the request while shutting down)."}
+		Help: "Failed attempts to reach an API server, by backend cluster and kind (connect, tls, timeout, transport; shutting_down: the server refused the request while shutting down; abandoned: a read left unanswered by a server that turned unhealthy)."}
 	GatewayRetries = Metric{Name: "skewgate_gateway_retries_total", Type: Counter, Exporter: Gateway,
-		Help: "Requests sent again to another API server because the previous one provably did not process them (unreachable, or shutting down), or, for reads, lost the connection before answering."}
+		Help: "Requests sent again to another API server because the previous one provably did not process them (unreachable, or shutting down), or, for reads, lost the connection or turned unhealthy before answering."}
 	GatewayPluginFailures = Metric{Name: "skewgate_gateway_plugin_failures_total", Type: Counter, Exporter: Gateway,
 		Help: "Requests the plugin failed on, answered by the failure policy; those no plugin VM became free for are rejected requests (plugin_busy) instead."}
 	GatewayRejectedRequests = Metric{Name: "skewgate_gateway_rejected_requests_total", Type: Counter, Exporter: Gateway, Labels: []string{"reason"},

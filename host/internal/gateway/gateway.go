@@ -40,6 +40,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -213,12 +214,59 @@ func (s *state) lookup(cluster string) *backend {
 	return s.retired[cluster]
 }
 
+// healthy reports whether b is one of s's healthy servers.
+func (s *state) healthy(b *backend) bool {
+	i := slices.Index(s.servers, b)
+	return i >= 0 && s.index.Healthy().Has(i)
+}
+
 // backend is one API server.
 type backend struct {
 	cluster, address string
 	inFlight         atomic.Int64
 	// duration is the series of the requests it answers.
 	duration prometheus.Observer
+
+	// unanswered holds the cancel functions of the reads waiting for its
+	// answer (awaitAnswer).
+	mu         sync.Mutex
+	unanswered map[*context.CancelCauseFunc]struct{}
+}
+
+// errServerTurnedUnhealthy is why a read waiting for an answer was
+// abandoned: its server turned unhealthy meanwhile.
+var errServerTurnedUnhealthy = errors.New("the API server turned unhealthy before it answered")
+
+// awaitAnswer lets abandonReads cancel a read sent to b until the returned
+// function is called, once the answer's headers are in.
+func (b *backend) awaitAnswer(cancel context.CancelCauseFunc) (answered func()) {
+	key := &cancel
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.unanswered == nil {
+		b.unanswered = map[*context.CancelCauseFunc]struct{}{}
+	}
+	b.unanswered[key] = struct{}{}
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		delete(b.unanswered, key)
+	}
+}
+
+// abandonReads cancels the reads waiting for b's answer, which are then
+// sent to another server: a kube-apiserver whose etcd went away, as its
+// node's etcd does when kubeadm upgrades it, holds reads until its own
+// request timeout, and fails its readiness check meanwhile.
+func (b *backend) abandonReads() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for cancel := range b.unanswered {
+		(*cancel)(errServerTurnedUnhealthy)
+	}
+	n := len(b.unanswered)
+	clear(b.unanswered)
+	return n
 }
 
 // copyBuffers recycles the buffers responses are copied through: without a
@@ -295,6 +343,17 @@ func (s *Staged) Commit() {
 	}
 	g.state.Store(s.next)
 	g.metrics.forgetUpstreams(s.next)
+	if s.old == nil || s.next.index.Healthy() == 0 {
+		// With no healthy server there is nowhere better to wait.
+		return
+	}
+	for i, b := range s.next.servers {
+		if !s.next.index.Healthy().Has(i) && s.old.healthy(b) {
+			if n := b.abandonReads(); n > 0 {
+				g.log.Info("API server turned unhealthy; sending the reads it has not answered to another one", "cluster", b.cluster, "reads", n)
+			}
+		}
+	}
 }
 
 // Abort keeps the routing that was current before Stage.

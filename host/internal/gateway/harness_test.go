@@ -114,6 +114,8 @@ type harness struct {
 	gw       *Gateway
 	host     *wasmhost.Host
 	front    *httptest.Server
+	// addresses are the backends' addresses by cluster.
+	addresses map[string]string
 	// hits counts requests per backend cluster.
 	mu   sync.Mutex
 	hits map[string]int
@@ -213,6 +215,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	}
 	t.Cleanup(gw.CloseIdleConnections)
 	h.gw = gw
+	h.addresses = addresses
 	h.apply(cfg.servers, addresses)
 
 	front := httptest.NewUnstartedServer(gw)

@@ -184,8 +184,8 @@ func (t *backendTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return nil, err
 	}
 	for {
-		resp, err := rt.RoundTrip(req)
 		sent := ex.current()
+		resp, err := t.send(rt, req, ex, sent)
 		why := ""
 		switch {
 		case req.Context().Err() != nil:
@@ -193,6 +193,9 @@ func (t *backendTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 				t.g.metrics.upstreamError(sent.cluster, "timeout")
 			}
 			return resp, err
+		case errors.Is(err, errServerTurnedUnhealthy):
+			t.g.metrics.upstreamError(sent.cluster, "abandoned")
+			why = "turned unhealthy before answering a read"
 		case err != nil:
 			kind := errorKind(err)
 			t.g.metrics.upstreamError(sent.cluster, kind)
@@ -239,6 +242,41 @@ func (t *backendTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		}
 		req = retry
 	}
+}
+
+// send is one attempt. A safe read can be abandoned while it waits for its
+// answer, when its server turns unhealthy (backend.abandonReads): the error
+// is then errServerTurnedUnhealthy.
+func (t *backendTransport) send(rt http.RoundTripper, req *http.Request, ex *exchange, to *backend) (*http.Response, error) {
+	if !isSafeRead(req, ex) || !ex.replayable {
+		return rt.RoundTrip(req)
+	}
+	ctx, cancel := context.WithCancelCause(req.Context())
+	answered := to.awaitAnswer(cancel)
+	resp, err := rt.RoundTrip(req.WithContext(ctx))
+	answered()
+	if err != nil {
+		cancel(nil)
+		if context.Cause(ctx) == errServerTurnedUnhealthy && req.Context().Err() == nil {
+			return nil, errServerTurnedUnhealthy
+		}
+		return nil, err
+	}
+	// The body is read under ctx; it is released once the body is closed.
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// cancelOnClose releases an attempt's context with its response body.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelCauseFunc
+}
+
+func (c *cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel(nil)
+	return err
 }
 
 // isSafeRead reports a GET or HEAD that is not a protocol upgrade: reading

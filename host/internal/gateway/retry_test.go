@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -327,5 +329,93 @@ func cutOn(clusters ...string) func(string) http.Handler {
 			return echoHandler(cluster)
 		}
 		return http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) })
+	}
+}
+
+// A kube-apiserver whose etcd went away (kubeadm upgrades a node's etcd
+// before its kube-apiserver) holds a read until its own timeout, and fails
+// its readiness check meanwhile. Once the snapshot says it is unhealthy, the
+// read it has not answered goes to another capable server; a write stays
+// with its server, which may still carry it out.
+func TestAReadWaitingOnAServerThatTurnsUnhealthyIsSentToAnother(t *testing.T) {
+	held := make(chan string, 4)
+	h := newHarness(t, harnessConfig{servers: retryServers(), plugin: routeTo("kube-a"), handler: func(cluster string) http.Handler {
+		if cluster != "kube-a" {
+			return echoHandler(cluster)
+		}
+		return http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			held <- r.Method
+			<-r.Context().Done()
+		})
+	}})
+	type result struct {
+		status  int
+		cluster string
+		err     error
+	}
+	send := func(ctx context.Context, client *http.Client, method string) <-chan result {
+		done := make(chan result, 1)
+		go func() {
+			var body io.Reader
+			if method == http.MethodPost {
+				body = strings.NewReader(`{"kind":"Widget"}`)
+			}
+			req, err := http.NewRequestWithContext(ctx, method, h.front.URL+widgets, body)
+			if err != nil {
+				done <- result{err: err}
+				return
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				done <- result{err: err}
+				return
+			}
+			defer resp.Body.Close()
+			var e echoed
+			_ = json.NewDecoder(resp.Body).Decode(&e)
+			done <- result{status: resp.StatusCode, cluster: e.Cluster}
+		}()
+		return done
+	}
+	waitHeld := func(want string) {
+		t.Helper()
+		select {
+		case got := <-held:
+			if got != want {
+				t.Fatalf("kube-a holds a %s; want a %s", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the %s never reached kube-a", want)
+		}
+	}
+	down := retryServers()
+	down[0].Healthy = false
+	for _, http2 := range []bool{false, true} {
+		read := send(context.Background(), h.client(nil, http2), http.MethodGet)
+		waitHeld(http.MethodGet)
+		h.apply(down, h.addresses)
+		select {
+		case r := <-read:
+			if r.err != nil || r.status != http.StatusOK || r.cluster != "kube-b" {
+				t.Errorf("http2=%v: the read got %+v; want kube-b's 200", http2, r)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("http2=%v: the read still waits on the unhealthy kube-a", http2)
+		}
+		h.apply(retryServers(), h.addresses)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	write := send(ctx, h.client(nil, true), http.MethodPost)
+	waitHeld(http.MethodPost)
+	h.apply(down, h.addresses)
+	select {
+	case r := <-write:
+		t.Fatalf("the write was answered %+v; want it left with kube-a", r)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if n := h.hitsOf("kube-b"); n != 2 {
+		t.Errorf("kube-b saw %d requests; want the two reads only", n)
 	}
 }
