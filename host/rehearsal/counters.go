@@ -37,6 +37,9 @@ type Counts struct {
 	// resourceVersion is too old; a relist follows), or a resume answered with a failure.
 	WatchStreamsEnded  int
 	WatchInterruptions int
+	// SlowAnswers counts requests answered, or failed, after more than slowAnswer: a client
+	// that waited that long saw the upgrade, whatever the outcome.
+	SlowAnswers int
 	// PodsFailedToStart names each Pod that failed to start once, with why.
 	PodsFailedToStart map[string]string
 	// ServiceLinkFailures counts the Pods of PodsFailedToStart whose kubelet had not read the
@@ -57,10 +60,10 @@ func (c Counts) String() string {
 	}
 	return fmt.Sprintf("dependents wrongly deleted %d of %d; objects left by namespace deletion %d of %d; "+
 		"client requests %d, failed %d [%s], 503 with Retry-After while no capable server %d; false 404s %d, false 400s %d; "+
-		"watch streams ended %d, interrupted %d; pods failed to start %d (%d without the Services read) [%s]; upgrade wall time %s",
+		"watch streams ended %d, interrupted %d; answers slower than %s %d; pods failed to start %d (%d without the Services read) [%s]; upgrade wall time %s",
 		c.DependentsWronglyDeleted, c.DependentsCreated, c.ObjectsLeftByNamespaceDeletion, c.ObjectsInDeletedNamespace,
 		c.Requests, c.failedTotal(), strings.Join(failed, " "), c.Allowed503, c.False404, c.False400,
-		c.WatchStreamsEnded, c.WatchInterruptions, len(c.PodsFailedToStart), c.ServiceLinkFailures, strings.Join(pods, ", "), c.UpgradeWallTime.Round(time.Second))
+		c.WatchStreamsEnded, c.WatchInterruptions, slowAnswer, c.SlowAnswers, len(c.PodsFailedToStart), c.ServiceLinkFailures, strings.Join(pods, ", "), c.UpgradeWallTime.Round(time.Second))
 }
 
 func (c Counts) failedTotal() int {
@@ -71,7 +74,8 @@ func (c Counts) failedTotal() int {
 	return n
 }
 
-// maxLoggedFailures bounds the failed requests a rehearsal logs one by one.
+// maxLoggedFailures bounds the failed requests, interrupted watches and slow answers a
+// rehearsal logs one by one.
 const maxLoggedFailures = 60
 
 // logTime is how log lines that must be set beside each other give the time.
@@ -86,8 +90,10 @@ type tally struct {
 	false404, false400 int
 	watchStreamsEnded  int
 	watchInterruptions int
-	// failures are the first maxLoggedFailures failed requests, with when they were answered,
-	// for the log: beside the load balancer's snapshots they say which server it counted able.
+	slowAnswers        int
+	// failures are the first maxLoggedFailures failed requests, interrupted watches and slow
+	// answers, with when they were answered, for the log: beside the load balancer's snapshots
+	// they say which server it counted able.
 	failures []string
 	// byPhase counts failures and watch interruptions by what each node's API server answered
 	// when they happened (phase's answer), so that a log says in which step of the upgrade they
@@ -132,10 +138,27 @@ func (t *tally) request(what string, status int, retryAfter bool, noCapableServe
 	case 400:
 		t.false400++
 	}
+	t.logLocked(key, phase, what, detail)
+	return true
+}
+
+// logLocked keeps one line for the log; t.mu is held.
+func (t *tally) logLocked(key, phase, what, detail string) {
 	if len(t.failures) < maxLoggedFailures {
 		t.failures = append(t.failures, fmt.Sprintf("%s %s while %s: %s: %s", time.Now().Format(logTime), key, phase, what, detail))
 	}
-	return true
+}
+
+// answered records how long a request took, whatever its outcome.
+func (t *tally) answered(what string, took time.Duration) {
+	if took <= slowAnswer {
+		return
+	}
+	phase := t.phase()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.slowAnswers++
+	t.logLocked("slow answer", phase, what, took.Round(time.Millisecond).String())
 }
 
 func (t *tally) watchEnded() {
@@ -144,12 +167,13 @@ func (t *tally) watchEnded() {
 	t.watchStreamsEnded++
 }
 
-func (t *tally) watchInterrupted() {
+func (t *tally) watchInterrupted(what, detail string) {
 	phase := t.phase()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.watchInterruptions++
 	t.byPhase["watch interrupted while "+phase]++
+	t.logLocked("watch interrupted", phase, what, detail)
 }
 
 func (t *tally) into(c *Counts) {
@@ -160,4 +184,5 @@ func (t *tally) into(c *Counts) {
 	c.Allowed503 = t.allowed503
 	c.False404, c.False400 = t.false404, t.false400
 	c.WatchStreamsEnded, c.WatchInterruptions = t.watchStreamsEnded, t.watchInterruptions
+	c.SlowAnswers = t.slowAnswers
 }

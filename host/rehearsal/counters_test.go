@@ -19,7 +19,7 @@ func TestTallyCountsFailuresByTheUpgradeStepTheyCameIn(t *testing.T) {
 		t.Error("a 503 without Retry-After not counted as failed")
 	}
 	tl.watchEnded()
-	tl.watchInterrupted()
+	tl.watchInterrupted("watch /a", "too old resource version")
 	want := map[string]int{
 		"404 while cp-1=v1.35.4 cp-2=":                      1,
 		"404 while cp-1=v1.35.4 cp-2=v1.36.3":               1,

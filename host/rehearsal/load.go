@@ -15,9 +15,13 @@ import (
 
 // The bounded client load: a few clients in turn, each one request at a time with a pause
 // between, so that three API servers and etcd on a busy 2-core machine are not what fails.
+// A client waits for an answer a little longer than kube-apiserver's own request timeout
+// (--request-timeout, 60 s), as client-go and kubectl, which set no timeout of their own, wait
+// until the server gives up; an answer slower than slowAnswer is counted apart.
 const (
 	loadPause          = 250 * time.Millisecond
-	loadRequestTimeout = 30 * time.Second
+	loadRequestTimeout = 65 * time.Second
+	slowAnswer         = 10 * time.Second
 	watchRetryPause    = time.Second
 )
 
@@ -70,11 +74,13 @@ func (c *endpointClient) do(parent context.Context, r resource, method, path str
 		if parent.Err() != nil {
 			return answer{}
 		}
+		c.tally.answered(method+" "+path, time.Since(sent))
 		c.tally.request(method+" "+path, 0, false, nil, err.Error())
 		return answer{}
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	c.tally.answered(method+" "+path, time.Since(sent))
 	c.tally.request(method+" "+path, resp.StatusCode, resp.Header.Get("Retry-After") != "", c.noCapableServer(parent, r, sent), firstLine(data))
 	return answer{status: resp.StatusCode, body: data}
 }
@@ -147,7 +153,7 @@ func (c *endpointClient) watchOnce(ctx context.Context, r resource, resourceVers
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() == nil && c.tally.request("watch "+r.collection, 0, false, nil, err.Error()) && resourceVersion != "" {
-			c.tally.watchInterrupted()
+			c.tally.watchInterrupted("watch "+r.collection, "resume failed: "+err.Error())
 		}
 		return resourceVersion
 	}
@@ -156,7 +162,7 @@ func (c *endpointClient) watchOnce(ctx context.Context, r resource, resourceVers
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		if c.tally.request("watch "+r.collection, resp.StatusCode, resp.Header.Get("Retry-After") != "", c.noCapableServer(ctx, r, sent), firstLine(data)) &&
 			resourceVersion != "" {
-			c.tally.watchInterrupted()
+			c.tally.watchInterrupted("watch "+r.collection, fmt.Sprintf("resume answered %d", resp.StatusCode))
 		}
 		return resourceVersion
 	}
@@ -168,6 +174,9 @@ func (c *endpointClient) watchOnce(ctx context.Context, r resource, resourceVers
 			Type   string
 			Object struct {
 				Metadata struct{ ResourceVersion string }
+				// An ERROR event's object is a Status.
+				Code    int
+				Message string
 			}
 		}
 		if json.Unmarshal(scanner.Bytes(), &event) != nil {
@@ -175,7 +184,7 @@ func (c *endpointClient) watchOnce(ctx context.Context, r resource, resourceVers
 		}
 		if event.Type == "ERROR" {
 			// Most likely 410 Gone: the resourceVersion is too old; start again from now.
-			c.tally.watchInterrupted()
+			c.tally.watchInterrupted("watch "+r.collection+" from "+resourceVersion, fmt.Sprintf("ERROR %d: %s", event.Object.Code, event.Object.Message))
 			return ""
 		}
 		resourceVersion = event.Object.Metadata.ResourceVersion

@@ -495,7 +495,7 @@ func (r *rehearsal) rehearse(ctx context.Context) (Counts, error) {
 		}
 	}
 	for _, failure := range r.tally.failures {
-		r.log.Logf("failed request at %s", failure)
+		r.log.Logf("at %s", failure)
 	}
 	for _, key := range slices.Sorted(maps.Keys(r.tally.byPhase)) {
 		r.log.Logf("%s: %d", key, r.tally.byPhase[key])
