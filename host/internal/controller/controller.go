@@ -537,9 +537,12 @@ func (c *Controller) probe(ctx context.Context, s *serverState, withDocuments bo
 			return
 		}
 		s.failures++
-		if s.healthy && (ferr.conclusive() || s.failures >= c.opts.FailureThreshold) {
+		// A draining server is about to be restarted: whatever the failure,
+		// it is the restart, and its node may be uncordoned before the
+		// server is back.
+		if s.healthy && (ferr.conclusive() || s.failures >= c.opts.FailureThreshold || s.drainingNode != "") {
 			s.healthy = false
-			c.log.Warn("API server marked unhealthy", "address", s.address, "id", s.id, "reason", ferr.reason, "consecutive_failures", s.failures)
+			c.log.Warn("API server marked unhealthy", "address", s.address, "id", s.id, "reason", ferr.reason, "consecutive_failures", s.failures, "draining", s.drainingNode != "")
 		}
 		return
 	}

@@ -169,3 +169,41 @@ func TestNodesAreReadThroughTheHealthyServersAsTheController(t *testing.T) {
 		t.Errorf("requests went to %v; want both healthy servers in turn", hosts)
 	}
 }
+
+// kubeadm's procedure uncordons a node as soon as its new kubelet runs,
+// which may be before the API server that kubelet restarted is back. So a
+// draining server's first failed probe, even one that only got no answer,
+// marks it unhealthy, and it stays so, uncordoned or not, until a probe
+// finds it ready again with fresh documents.
+func TestADrainingServerIsUnhealthyAtItsFirstUnansweredProbe(t *testing.T) {
+	pki := newTestPKI(t)
+	plane := discoverytest.SkewedControlPlane()
+	a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
+	b := newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups, onLoopback("127.0.0.2"))
+	client := fake.NewClientset(controlPlaneNode("cp-a", "127.0.0.1", false), controlPlaneNode("cp-b", "127.0.0.2", true))
+	rec := &recorder{}
+	opts := testOptions(pki, rec, a, b)
+	opts.Cluster = fakeCluster(client)
+	opts.RequestTimeout = 100 * time.Millisecond
+	c := startController(t, opts)
+	waitUntil(t, "Ready", c.Ready)
+	idB := ClusterName(b.address)
+	rec.waitOffer(t, "b draining", func(snap *discovery.Snapshot) bool {
+		s := serverByID(snap, idB)
+		return s != nil && s.Draining && s.Healthy
+	})
+
+	b.stall(1)
+	down := rec.waitOffer(t, "b unhealthy", func(snap *discovery.Snapshot) bool {
+		s := serverByID(snap, idB)
+		return s != nil && !s.Healthy
+	})
+	if n := b.stalledCount(); n != 1 {
+		t.Errorf("b marked unhealthy after %d unanswered probes; want the first", n)
+	}
+	setCordon(t, client, "cp-b", false)
+	rec.waitOffer(t, "b back, ready and no longer draining", func(snap *discovery.Snapshot) bool {
+		s := serverByID(snap, idB)
+		return snap.Generation > down.snap.Generation && s != nil && s.Healthy && !s.Draining
+	})
+}
