@@ -220,17 +220,23 @@ func (s *endpointSlice) DeepCopyObject() runtime.Object {
 	return c
 }
 
-type endpointSliceList struct {
+type endpointSliceList = objectList[endpointSlice, *endpointSlice]
+
+// objectList is the list of the controller's own decoded types.
+type objectList[T any, P interface {
+	*T
+	runtime.Object
+}] struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []endpointSlice `json:"items"`
+	Items           []T `json:"items"`
 }
 
-func (l *endpointSliceList) DeepCopyObject() runtime.Object {
-	c := &endpointSliceList{TypeMeta: l.TypeMeta}
+func (l *objectList[T, P]) DeepCopyObject() runtime.Object {
+	c := &objectList[T, P]{TypeMeta: l.TypeMeta}
 	l.ListMeta.DeepCopyInto(&c.ListMeta)
 	for i := range l.Items {
-		c.Items = append(c.Items, *l.Items[i].DeepCopyObject().(*endpointSlice))
+		c.Items = append(c.Items, *P(&l.Items[i]).DeepCopyObject().(P))
 	}
 	return c
 }

@@ -56,20 +56,7 @@ func (n *node) DeepCopyObject() runtime.Object {
 	return c
 }
 
-type nodeList struct {
-	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []node `json:"items"`
-}
-
-func (l *nodeList) DeepCopyObject() runtime.Object {
-	c := &nodeList{TypeMeta: l.TypeMeta}
-	l.ListMeta.DeepCopyInto(&c.ListMeta)
-	for i := range l.Items {
-		c.Items = append(c.Items, *l.Items[i].DeepCopyObject().(*node))
-	}
-	return c
-}
+type nodeList = objectList[node, *node]
 
 var coreGroupVersion = schema.GroupVersion{Version: "v1"}
 

@@ -47,20 +47,38 @@ func setCordon(t *testing.T, client *fake.Clientset, name string, cordoned bool)
 	}
 }
 
+// nodesPlane is two fake API servers, a at 127.0.0.1 on node cp-a and b at
+// 127.0.0.2 on node cp-b (cordoned when bCordoned), and the options of a
+// controller that finds them and reads the nodes from client.
+type nodesPlane struct {
+	a, b   *fakeAPIServer
+	client *fake.Clientset
+	rec    *recorder
+	opts   Options
+}
+
+func newNodesPlane(t *testing.T, bCordoned bool) *nodesPlane {
+	pki := newTestPKI(t)
+	plane := discoverytest.SkewedControlPlane()
+	p := &nodesPlane{
+		a:      newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups),
+		b:      newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups, onLoopback("127.0.0.2")),
+		client: fake.NewClientset(controlPlaneNode("cp-a", "127.0.0.1", false), controlPlaneNode("cp-b", "127.0.0.2", bCordoned)),
+		rec:    &recorder{},
+	}
+	p.opts = testOptions(pki, p.rec, p.a, p.b)
+	p.opts.Cluster = fakeCluster(p.client)
+	return p
+}
+
 // Probes and polls are an hour apart here, so only the cordon itself can
 // publish the snapshots the test waits for: the kubelet's restart, which
 // restarts the server, may follow the cordon within a second.
 func TestTheServerOfACordonedNodeDrainsFromTheCordonOn(t *testing.T) {
-	pki := newTestPKI(t)
-	plane := discoverytest.SkewedControlPlane()
-	a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
-	b := newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups, onLoopback("127.0.0.2"))
-	client := fake.NewClientset(controlPlaneNode("cp-a", "127.0.0.1", false), controlPlaneNode("cp-b", "127.0.0.2", false))
-	rec := &recorder{}
-	opts := testOptions(pki, rec, a, b)
-	opts.Cluster = fakeCluster(client)
-	opts.PollInterval, opts.ReadinessInterval = time.Hour, time.Hour
-	c := startController(t, opts)
+	p := newNodesPlane(t, false)
+	a, b, client, rec := p.a, p.b, p.client, p.rec
+	p.opts.PollInterval, p.opts.ReadinessInterval = time.Hour, time.Hour
+	c := startController(t, p.opts)
 	waitUntil(t, "Ready", c.Ready)
 	draining := func(snap *discovery.Snapshot, srv *fakeAPIServer) bool {
 		s := serverByID(snap, ClusterName(srv.address))
@@ -176,16 +194,10 @@ func TestNodesAreReadThroughTheHealthyServersAsTheController(t *testing.T) {
 // marks it unhealthy, and it stays so, uncordoned or not, until a probe
 // finds it ready again with fresh documents.
 func TestADrainingServerIsUnhealthyAtItsFirstUnansweredProbe(t *testing.T) {
-	pki := newTestPKI(t)
-	plane := discoverytest.SkewedControlPlane()
-	a := newFakeAPIServer(t, pki, plane[0].Version, plane[0].Groups)
-	b := newFakeAPIServer(t, pki, plane[1].Version, plane[1].Groups, onLoopback("127.0.0.2"))
-	client := fake.NewClientset(controlPlaneNode("cp-a", "127.0.0.1", false), controlPlaneNode("cp-b", "127.0.0.2", true))
-	rec := &recorder{}
-	opts := testOptions(pki, rec, a, b)
-	opts.Cluster = fakeCluster(client)
-	opts.RequestTimeout = 100 * time.Millisecond
-	c := startController(t, opts)
+	p := newNodesPlane(t, true)
+	b, client, rec := p.b, p.client, p.rec
+	p.opts.RequestTimeout = 100 * time.Millisecond
+	c := startController(t, p.opts)
 	waitUntil(t, "Ready", c.Ready)
 	idB := ClusterName(b.address)
 	rec.waitOffer(t, "b draining", func(snap *discovery.Snapshot) bool {
