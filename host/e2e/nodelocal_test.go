@@ -257,7 +257,7 @@ func TestKubeadmManifestsAreAcceptedByTheAPIServer(t *testing.T) {
 	if out := n.runKubectl(t, "apply", "--dry-run=server", "-f", nodeLocalManifest); !strings.Contains(out, "pod/skewgate created (server dry run)") {
 		t.Errorf("server-side dry run of %s: %s", nodeLocalManifest, out)
 	}
-	if out := n.runKubectl(t, "apply", "--dry-run=server", "-f", rbacManifest); strings.Count(out, "(server dry run)") != 4 {
+	if out := n.runKubectl(t, "apply", "--dry-run=server", "-f", rbacManifest); strings.Count(out, "(server dry run)") != 6 {
 		t.Errorf("server-side dry run of %s: %s", rbacManifest, out)
 	}
 }
