@@ -284,13 +284,12 @@ func (c *Controller) nodeWatchFailed(err error) {
 
 // updateDraining marks draining the servers on cordoned nodes (see
 // cordonedNodesSelector), matching a server's address to the nodes'
-// addresses, and keeps readable current.
+// addresses.
 func (c *Controller) updateDraining() {
 	var addrs map[netip.Addr]string
 	if c.cordons != nil {
 		addrs = drainingAddresses(c.cordons.cordoned())
 	}
-	defer c.updateReadable()
 	for _, s := range c.servers {
 		node := ""
 		if ap, err := netip.ParseAddrPort(s.address); err == nil {
@@ -308,6 +307,8 @@ func (c *Controller) updateDraining() {
 	}
 }
 
+// updateReadable keeps readable current with the servers' health and
+// draining.
 func (c *Controller) updateReadable() {
 	var healthy, active []string
 	for _, s := range c.servers {
@@ -622,6 +623,7 @@ func (c *Controller) expireUnhealthy(now time.Time) {
 // over when it changed, or when the previous hand-over failed.
 func (c *Controller) publish(ctx context.Context, now time.Time, states []*serverState) {
 	c.updateDraining()
+	c.updateReadable()
 	if unnumbered := c.unnumbered(states); c.changed(unnumbered) {
 		c.pending = c.build(states, unnumbered)
 		c.unpublishable = c.pending == nil

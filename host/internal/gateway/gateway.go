@@ -228,30 +228,30 @@ type backend struct {
 	duration prometheus.Observer
 
 	// unanswered holds the cancel functions of the reads waiting for its
-	// answer (awaitAnswer).
+	// answer, by exchange (awaitAnswer).
 	mu         sync.Mutex
-	unanswered map[*context.CancelCauseFunc]struct{}
+	unanswered map[*exchange]context.CancelCauseFunc
 }
 
 // errServerTurnedUnhealthy is why a read waiting for an answer was
 // abandoned: its server turned unhealthy meanwhile.
 var errServerTurnedUnhealthy = errors.New("the API server turned unhealthy before it answered")
 
-// awaitAnswer lets abandonReads cancel a read sent to b until the returned
-// function is called, once the answer's headers are in.
-func (b *backend) awaitAnswer(cancel context.CancelCauseFunc) (answered func()) {
-	key := &cancel
+// awaitAnswer lets abandonReads cancel ex's read sent to b until answered,
+// once the answer's headers are in.
+func (b *backend) awaitAnswer(ex *exchange, cancel context.CancelCauseFunc) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.unanswered == nil {
-		b.unanswered = map[*context.CancelCauseFunc]struct{}{}
+		b.unanswered = map[*exchange]context.CancelCauseFunc{}
 	}
-	b.unanswered[key] = struct{}{}
-	return func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		delete(b.unanswered, key)
-	}
+	b.unanswered[ex] = cancel
+}
+
+func (b *backend) answered(ex *exchange) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.unanswered, ex)
 }
 
 // abandonReads cancels the reads waiting for b's answer, which are then
@@ -261,8 +261,8 @@ func (b *backend) awaitAnswer(cancel context.CancelCauseFunc) (answered func()) 
 func (b *backend) abandonReads() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for cancel := range b.unanswered {
-		(*cancel)(errServerTurnedUnhealthy)
+	for _, cancel := range b.unanswered {
+		cancel(errServerTurnedUnhealthy)
 	}
 	n := len(b.unanswered)
 	clear(b.unanswered)

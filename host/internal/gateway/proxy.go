@@ -252,9 +252,9 @@ func (t *backendTransport) send(rt http.RoundTripper, req *http.Request, ex *exc
 		return rt.RoundTrip(req)
 	}
 	ctx, cancel := context.WithCancelCause(req.Context())
-	answered := to.awaitAnswer(cancel)
+	to.awaitAnswer(ex, cancel)
 	resp, err := rt.RoundTrip(req.WithContext(ctx))
-	answered()
+	to.answered(ex)
 	if err != nil {
 		cancel(nil)
 		if context.Cause(ctx) == errServerTurnedUnhealthy && req.Context().Err() == nil {
