@@ -27,6 +27,14 @@ type Counts struct {
 	Failed   map[string]int
 	// Allowed503 counts 503s with Retry-After while no server of the resource's version was up.
 	Allowed503 int
+	// WritesLostWithAServer counts writes lost as a server went down under them: answered 503
+	// without Retry-After because the only servers that could carry them went down (no server
+	// of the resource's version was up around the answer), or 500 or 504 by kube-apiserver while
+	// some server was down (kubeadm restarts a node's etcd first: a proposal dropped as the etcd
+	// leader hands over, or a server whose own etcd stopped under the request). Whether such a
+	// write was carried out is unknown, so no answer invites a blind retry; the client reads
+	// before it writes again. Each is logged.
+	WritesLostWithAServer int
 	// False404 and False400 are answers that a server serving the request would not have given:
 	// not found for an object or resource that exists, bad request for a valid request.
 	False404 int
@@ -35,8 +43,13 @@ type Counts struct {
 	// was resumed from the last resourceVersion it delivered, as client-go's reflector resumes.
 	// WatchInterruptions counts those that could not go on from there: an ERROR event (the
 	// resourceVersion is too old; a relist follows), or a resume answered with a failure.
-	WatchStreamsEnded  int
-	WatchInterruptions int
+	// WatchesRelistedAfterTheirServerRestarted counts, apart, the resumes answered "too old
+	// resource version" after every server of the resource had gone down since the stream
+	// ended: a restarted server's watch cache begins at its start, so no server could resume
+	// the watch, and client-go's reflector lists again.
+	WatchStreamsEnded                        int
+	WatchInterruptions                       int
+	WatchesRelistedAfterTheirServerRestarted int
 	// SlowAnswers counts requests answered, or failed, after more than slowAnswer: a client
 	// that waited that long saw the upgrade, whatever the outcome.
 	SlowAnswers int
@@ -59,11 +72,11 @@ func (c Counts) String() string {
 		pods = append(pods, k+" ("+c.PodsFailedToStart[k]+")")
 	}
 	return fmt.Sprintf("dependents wrongly deleted %d of %d; objects left by namespace deletion %d of %d; "+
-		"client requests %d, failed %d [%s], 503 with Retry-After while no capable server %d; false 404s %d, false 400s %d; "+
-		"watch streams ended %d, interrupted %d; answers slower than %s %d; pods failed to start %d (%d without the Services read) [%s]; upgrade wall time %s",
+		"client requests %d, failed %d [%s], 503 with Retry-After while no capable server %d, writes lost with a server %d; false 404s %d, false 400s %d; "+
+		"watch streams ended %d, interrupted %d, relisted after their only servers restarted %d; answers slower than %s %d; pods failed to start %d (%d without the Services read) [%s]; upgrade wall time %s",
 		c.DependentsWronglyDeleted, c.DependentsCreated, c.ObjectsLeftByNamespaceDeletion, c.ObjectsInDeletedNamespace,
-		c.Requests, c.failedTotal(), strings.Join(failed, " "), c.Allowed503, c.False404, c.False400,
-		c.WatchStreamsEnded, c.WatchInterruptions, slowAnswer, c.SlowAnswers, len(c.PodsFailedToStart), c.ServiceLinkFailures, strings.Join(pods, ", "), c.UpgradeWallTime.Round(time.Second))
+		c.Requests, c.failedTotal(), strings.Join(failed, " "), c.Allowed503, c.WritesLostWithAServer, c.False404, c.False400,
+		c.WatchStreamsEnded, c.WatchInterruptions, c.WatchesRelistedAfterTheirServerRestarted, slowAnswer, c.SlowAnswers, len(c.PodsFailedToStart), c.ServiceLinkFailures, strings.Join(pods, ", "), c.UpgradeWallTime.Round(time.Second))
 }
 
 func (c Counts) failedTotal() int {
@@ -87,9 +100,11 @@ type tally struct {
 	requests           int
 	failed             map[string]int
 	allowed503         int
+	writesLost         int
 	false404, false400 int
 	watchStreamsEnded  int
 	watchInterruptions int
+	watchesRelisted    int
 	slowAnswers        int
 	// failures are the first maxLoggedFailures failed requests, interrupted watches and slow
 	// answers, with when they were answered, for the log: beside the load balancer's snapshots
@@ -106,39 +121,77 @@ func newTally(phase func() string) *tally {
 	return &tally{failed: map[string]int{}, byPhase: map[string]int{}, phase: phase}
 }
 
-// request records one request's outcome, status 0 for no HTTP answer at all, and reports
-// whether it counts as failed. noCapableServer is asked only of a 503 with Retry-After, which it
-// allows when it says no capable server was up; it may wait for the evidence.
-func (t *tally) request(what string, status int, retryAfter bool, noCapableServer func() bool, detail string) (failed bool) {
-	ok := status >= 200 && status < 300
-	allowed := status == http.StatusServiceUnavailable && retryAfter && noCapableServer()
+// outcome is one answer the load got.
+type outcome struct {
+	// what is the request ("GET /api/v1/…").
+	what string
+	// status is the HTTP status, 0 for no HTTP answer at all.
+	status int
+	// retryAfter is whether the answer said when to ask again.
+	retryAfter bool
+	// write is whether the request may have changed something.
+	write bool
+	// detail is the answer's first line, or the error.
+	detail string
+}
+
+// judge holds the evidence a failed answer is weighed against; each may wait for it, and a
+// nil one finds nothing.
+type judge struct {
+	// noCapableServer says whether no server of the resource's version was up around the
+	// request.
+	noCapableServer func() bool
+	// serverDown says whether some API server was not ready around the request.
+	serverDown func() bool
+}
+
+// request records one request's outcome and reports whether it counts as failed. Allowed are
+// a 503 with Retry-After while no capable server was up, and a write lost with a server: answered
+// 503 without Retry-After ("may have been carried out") while no capable server was up, or 500
+// or 504 while some server was down.
+func (t *tally) request(o outcome, j judge) (failed bool) {
+	ok := o.status >= 200 && o.status < 300
+	allowed, lost := false, false
+	switch {
+	case ok:
+	case o.status == http.StatusServiceUnavailable && o.retryAfter:
+		allowed = j.noCapableServer != nil && j.noCapableServer()
+	case o.status == http.StatusServiceUnavailable && o.write:
+		lost = j.noCapableServer != nil && j.noCapableServer()
+	case (o.status == http.StatusInternalServerError || o.status == http.StatusGatewayTimeout) && o.write:
+		lost = j.serverDown != nil && j.serverDown()
+	}
 	phase := ""
-	if !ok {
+	if !ok && !allowed {
 		phase = t.phase()
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.requests++
-	if ok {
+	switch {
+	case ok:
 		return false
-	}
-	if allowed {
+	case allowed:
 		t.allowed503++
 		return false
+	case lost:
+		t.writesLost++
+		t.logLocked("write lost with a server", phase, o.what, o.detail)
+		return false
 	}
-	key := fmt.Sprint(status)
-	if status == 0 {
+	key := fmt.Sprint(o.status)
+	if o.status == 0 {
 		key = "connection"
 	}
 	t.failed[key]++
 	t.byPhase[key+" while "+phase]++
-	switch status {
+	switch o.status {
 	case 404:
 		t.false404++
 	case 400:
 		t.false400++
 	}
-	t.logLocked(key, phase, what, detail)
+	t.logLocked(key, phase, o.what, o.detail)
 	return true
 }
 
@@ -176,13 +229,23 @@ func (t *tally) watchInterrupted(what, detail string) {
 	t.logLocked("watch interrupted", phase, what, detail)
 }
 
+// watchRelisted records a resume answered "too old resource version" after every server of
+// the resource had gone down since the stream ended (Counts.WatchesRelistedAfterTheirServerRestarted).
+func (t *tally) watchRelisted(what, detail string) {
+	phase := t.phase()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.watchesRelisted++
+	t.logLocked("watch relisted after its only servers restarted", phase, what, detail)
+}
+
 func (t *tally) into(c *Counts) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c.Requests = t.requests
 	c.Failed = maps.Clone(t.failed)
-	c.Allowed503 = t.allowed503
+	c.Allowed503, c.WritesLostWithAServer = t.allowed503, t.writesLost
 	c.False404, c.False400 = t.false404, t.false400
-	c.WatchStreamsEnded, c.WatchInterruptions = t.watchStreamsEnded, t.watchInterruptions
+	c.WatchStreamsEnded, c.WatchInterruptions, c.WatchesRelistedAfterTheirServerRestarted = t.watchStreamsEnded, t.watchInterruptions, t.watchesRelisted
 	c.SlowAnswers = t.slowAnswers
 }

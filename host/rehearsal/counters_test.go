@@ -1,22 +1,37 @@
 package rehearsal
 
-import "testing"
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
 
-// always is a judge that finds no capable server up.
-func always() bool { return true }
+func yes() bool { return true }
+func no() bool  { return false }
+
+// Judges: no capable server was up (so some server was down), or one was, with every server
+// up or with another one down.
+var (
+	noCapableServerUp = judge{noCapableServer: yes, serverDown: yes}
+	aCapableServerUp  = judge{noCapableServer: no, serverDown: no}
+	aServerDown       = judge{noCapableServer: no, serverDown: yes}
+)
 
 func TestTallyCountsFailuresByTheUpgradeStepTheyCameIn(t *testing.T) {
 	phase := "cp-1=v1.35.4 cp-2="
 	tl := newTally(func() string { return phase })
-	tl.request("GET /a", 200, false, nil, "")
-	tl.request("GET /a", 404, false, nil, "not found")
+	tl.request(outcome{what: "GET /a", status: 200}, judge{})
+	tl.request(outcome{what: "GET /a", status: 404, detail: "not found"}, judge{})
 	phase = "cp-1=v1.35.4 cp-2=v1.36.3"
-	tl.request("GET /a", 404, false, nil, "not found")
-	if tl.request("GET /a", 503, true, always, "no capable server") {
+	tl.request(outcome{what: "GET /a", status: 404, detail: "not found"}, judge{})
+	if tl.request(outcome{what: "GET /a", status: 503, retryAfter: true, detail: "no capable server"}, noCapableServerUp) {
 		t.Error("a 503 with Retry-After while no capable server was up counted as failed")
 	}
-	if !tl.request("GET /a", 503, false, always, "lost in flight") {
-		t.Error("a 503 without Retry-After not counted as failed")
+	if !tl.request(outcome{what: "GET /a", status: 503, detail: "lost in flight"}, noCapableServerUp) {
+		t.Error("a read answered 503 without Retry-After not counted as failed")
 	}
 	tl.watchEnded()
 	tl.watchInterrupted("watch /a", "too old resource version")
@@ -38,5 +53,88 @@ func TestTallyCountsFailuresByTheUpgradeStepTheyCameIn(t *testing.T) {
 	tl.into(&c)
 	if c.Requests != 5 || c.False404 != 2 || c.Allowed503 != 1 || c.WatchStreamsEnded != 1 || c.WatchInterruptions != 1 {
 		t.Errorf("counts %+v", c)
+	}
+}
+
+func TestAWriteIsLostWithAServerOnlyOnTheEvidence(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer outcome
+		judge  judge
+		lost   bool
+	}{
+		{"503 without Retry-After while no capable server was up", outcome{status: 503, write: true}, noCapableServerUp, true},
+		{"503 without Retry-After while a capable server was up", outcome{status: 503, write: true}, aCapableServerUp, false},
+		{"503 without Retry-After while a capable server was up and another down", outcome{status: 503, write: true}, aServerDown, false},
+		{"504 while a server was down", outcome{status: 504, write: true}, aServerDown, true},
+		{"500 while a server was down", outcome{status: 500, write: true}, aServerDown, true},
+		{"504 while every server was up", outcome{status: 504, write: true}, aCapableServerUp, false},
+		{"a read answered 504 while a server was down", outcome{status: 504}, aServerDown, false},
+		{"a read answered 503 without Retry-After while no capable server was up", outcome{status: 503}, noCapableServerUp, false},
+		{"409 while a server was down", outcome{status: 409, write: true}, aServerDown, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tl := newTally(func() string { return "cp-1=v1.31.4 cp-2=" })
+			tc.answer.what = "POST /apis/example.com/v1/widgets"
+			if failed := tl.request(tc.answer, tc.judge); failed == tc.lost {
+				t.Errorf("failed %t, want %t", failed, !tc.lost)
+			}
+			var c Counts
+			tl.into(&c)
+			if lost := c.WritesLostWithAServer == 1; lost != tc.lost || c.Allowed503 != 0 {
+				t.Errorf("counts %+v", c)
+			}
+			if len(tl.failures) != 1 {
+				t.Errorf("logged %q, want the one answer", tl.failures)
+			}
+		})
+	}
+}
+
+// A resumed watch answered "too old resource version" is an interruption, unless every server
+// of its resource went down since its stream ended: then no server could have resumed it.
+func TestAWatchResumedTooLateIsAnInterruptionUnlessItsOnlyServersRestarted(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		serversDown           bool
+		interrupted, relisted int
+	}{
+		{"a server of the resource stayed up", false, 1, 0},
+		{"every server of the resource went down", true, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Query().Get("resourceVersion") == "" {
+					fmt.Fprintln(w, `{"type":"ADDED","object":{"metadata":{"resourceVersion":"812"}}}`)
+					return
+				}
+				fmt.Fprintln(w, `{"type":"ERROR","object":{"kind":"Status","code":410,"message":"too old resource version: 812 (1030)"}}`)
+			}))
+			defer server.Close()
+			tl := newTally(func() string { return "cp-1=v1.31.4 cp-2=" })
+			var judged time.Time
+			c := &endpointClient{http: server.Client(), base: server.URL, tally: tl,
+				noCapableServerAround: func(_ context.Context, new bool, since time.Time) bool {
+					judged = since
+					return new && tc.serversDown
+				}}
+			r := resource{collection: "/apis/example.com/v1/widgets", new: true}
+			w := c.watchOnce(t.Context(), r, watchState{})
+			if w.resourceVersion != "812" || w.ended.IsZero() {
+				t.Fatalf("after the first stream: %+v, want to resume from 812 with its end", w)
+			}
+			if w = c.watchOnce(t.Context(), r, w); w != (watchState{}) {
+				t.Errorf("after the ERROR: %+v, want to start again from now", w)
+			}
+			var counts Counts
+			tl.into(&counts)
+			if counts.WatchInterruptions != tc.interrupted || counts.WatchesRelistedAfterTheirServerRestarted != tc.relisted {
+				t.Errorf("interrupted %d, relisted %d; want %d, %d", counts.WatchInterruptions,
+					counts.WatchesRelistedAfterTheirServerRestarted, tc.interrupted, tc.relisted)
+			}
+			if judged.IsZero() {
+				t.Error("the judge was not asked about the time since the stream ended")
+			}
+		})
 	}
 }

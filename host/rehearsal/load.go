@@ -43,6 +43,9 @@ type endpointClient struct {
 	// noCapableServerAround says whether no ready server could serve a request on a common or
 	// new resource around the time it was sent and answered.
 	noCapableServerAround func(ctx context.Context, new bool, sent time.Time) bool
+	// serverDownAround says whether some API server was not ready around the time a request
+	// was sent and answered.
+	serverDownAround func(ctx context.Context, sent time.Time) bool
 }
 
 type answer struct {
@@ -75,19 +78,23 @@ func (c *endpointClient) do(parent context.Context, r resource, method, path str
 			return answer{}
 		}
 		c.tally.answered(method+" "+path, time.Since(sent))
-		c.tally.request(method+" "+path, 0, false, nil, err.Error())
+		c.tally.request(outcome{what: method + " " + path, detail: err.Error()}, judge{})
 		return answer{}
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	c.tally.answered(method+" "+path, time.Since(sent))
-	c.tally.request(method+" "+path, resp.StatusCode, resp.Header.Get("Retry-After") != "", c.noCapableServer(parent, r, sent), firstLine(data))
+	c.tally.request(outcome{what: method + " " + path, status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After") != "",
+		write: method != http.MethodGet, detail: firstLine(data)}, c.judge(parent, r, sent))
 	return answer{status: resp.StatusCode, body: data}
 }
 
-// noCapableServer is the judge of a 503 for a request on r sent at sent (tally.request).
-func (c *endpointClient) noCapableServer(ctx context.Context, r resource, sent time.Time) func() bool {
-	return func() bool { return c.noCapableServerAround(ctx, r.new, sent) }
+// judge is the evidence for a failed request on r sent at sent (tally.request).
+func (c *endpointClient) judge(ctx context.Context, r resource, sent time.Time) judge {
+	return judge{
+		noCapableServer: func() bool { return c.noCapableServerAround(ctx, r.new, sent) },
+		serverDown:      func() bool { return c.serverDownAround(ctx, sent) },
+	}
 }
 
 func firstLine(b []byte) string {
@@ -127,20 +134,29 @@ func (c *endpointClient) runLoad(ctx context.Context, wg *sync.WaitGroup, prefix
 
 // watch keeps a watch on r's collection open until ctx ends. Like client-go's reflector, it
 // resumes a watch that ended from the last resourceVersion it delivered; an end is counted, and
-// a watch that cannot go on from there (an ERROR event, a failed resume) is an interruption.
+// a watch that cannot go on from there (an ERROR event, a failed resume) is an interruption,
+// unless every server of r went down since the end (Counts.WatchesRelistedAfterTheirServerRestarted).
 func (c *endpointClient) watch(ctx context.Context, wg *sync.WaitGroup, r resource) {
 	wg.Go(func() {
-		resourceVersion := ""
+		w := watchState{}
 		for ctx.Err() == nil {
-			resourceVersion = c.watchOnce(ctx, r, resourceVersion)
+			w = c.watchOnce(ctx, r, w)
 			sleep(ctx, watchRetryPause)
 		}
 	})
 }
 
-// watchOnce watches r's collection from resourceVersion ("" for now) until the response ends,
-// and returns the resourceVersion to resume from.
-func (c *endpointClient) watchOnce(ctx context.Context, r resource, resourceVersion string) string {
+// watchState is where a watch goes on from: the last resourceVersion it delivered ("" for
+// now), and when its last stream ended (zero before any ended).
+type watchState struct {
+	resourceVersion string
+	ended           time.Time
+}
+
+// watchOnce watches r's collection from w until the response ends, and returns where to
+// resume from.
+func (c *endpointClient) watchOnce(ctx context.Context, r resource, w watchState) watchState {
+	resourceVersion := w.resourceVersion
 	url := c.base + r.collection + "?watch=1&timeoutSeconds=7200&allowWatchBookmarks=true"
 	if resourceVersion != "" {
 		url += "&resourceVersion=" + resourceVersion
@@ -150,26 +166,27 @@ func (c *endpointClient) watchOnce(ctx context.Context, r resource, resourceVers
 		panic(err)
 	}
 	sent := time.Now()
+	what := "watch " + r.collection
 	resp, err := c.http.Do(req)
 	if err != nil {
-		if ctx.Err() == nil && c.tally.request("watch "+r.collection, 0, false, nil, err.Error()) && resourceVersion != "" {
-			c.tally.watchInterrupted("watch "+r.collection, "resume failed: "+err.Error())
+		if ctx.Err() == nil && c.tally.request(outcome{what: what, detail: err.Error()}, judge{}) && resourceVersion != "" {
+			c.tally.watchInterrupted(what, "resume failed: "+err.Error())
 		}
-		return resourceVersion
+		return w
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if c.tally.request("watch "+r.collection, resp.StatusCode, resp.Header.Get("Retry-After") != "", c.noCapableServer(ctx, r, sent), firstLine(data)) &&
-			resourceVersion != "" {
-			c.tally.watchInterrupted("watch "+r.collection, fmt.Sprintf("resume answered %d", resp.StatusCode))
+		if c.tally.request(outcome{what: what, status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After") != "", detail: firstLine(data)},
+			c.judge(ctx, r, sent)) && resourceVersion != "" {
+			c.tally.watchInterrupted(what, fmt.Sprintf("resume answered %d", resp.StatusCode))
 		}
-		return resourceVersion
+		return w
 	}
-	c.tally.request("watch "+r.collection, resp.StatusCode, false, nil, "")
+	c.tally.request(outcome{what: what, status: resp.StatusCode}, judge{})
 	scanner := bufio.NewScanner(resp.Body)
 	scanner.Buffer(make([]byte, 1<<20), 4<<20)
-	for scanner.Scan() {
+	for first := true; scanner.Scan(); first = false {
 		var event struct {
 			Type   string
 			Object struct {
@@ -184,15 +201,20 @@ func (c *endpointClient) watchOnce(ctx context.Context, r resource, resourceVers
 		}
 		if event.Type == "ERROR" {
 			// Most likely 410 Gone: the resourceVersion is too old; start again from now.
-			c.tally.watchInterrupted("watch "+r.collection+" from "+resourceVersion, fmt.Sprintf("ERROR %d: %s", event.Object.Code, event.Object.Message))
-			return ""
+			detail := fmt.Sprintf("ERROR %d: %s", event.Object.Code, event.Object.Message)
+			if first && event.Object.Code == http.StatusGone && !w.ended.IsZero() && c.noCapableServerAround(ctx, r.new, w.ended) {
+				c.tally.watchRelisted(what+" from "+resourceVersion, detail)
+			} else {
+				c.tally.watchInterrupted(what+" from "+resourceVersion, detail)
+			}
+			return watchState{}
 		}
 		resourceVersion = event.Object.Metadata.ResourceVersion
 	}
 	if ctx.Err() == nil {
 		c.tally.watchEnded()
 	}
-	return resourceVersion
+	return watchState{resourceVersion: resourceVersion, ended: time.Now()}
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -102,7 +102,9 @@ type rehearsal struct {
 	// common resources (false) or the new ones (true) was sent: a server that does not answer
 	// is down from then on, however long its sample waited.
 	noCapableAt map[bool]time.Time
-	podFails    map[string]string
+	// downAt is when the latest sample that found a node's API server not ready was sent.
+	downAt   time.Time
+	podFails map[string]string
 }
 
 // Run runs the scenario from a cluster of three control-plane nodes at s.From to all of them at
@@ -205,7 +207,8 @@ func (r *rehearsal) form(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.client = &endpointClient{http: &http.Client{Transport: transport}, base: config.Host, tally: r.tally, noCapableServerAround: r.noCapableServerAround}
+	r.client = &endpointClient{http: &http.Client{Transport: transport}, base: config.Host, tally: r.tally,
+		noCapableServerAround: r.noCapableServerAround, serverDownAround: r.serverDownAround}
 	return nil
 }
 
@@ -277,6 +280,9 @@ func (r *rehearsal) watchVersions(ctx context.Context, wg *sync.WaitGroup) {
 				if previous, seen := r.versions[n.Name]; !seen || previous != answered {
 					r.log.Logf("node %s: API server ready as %q (sampled at %s)", n.Name, answered, sent.Format(logTime))
 				}
+				if answered == "" && sent.After(r.downAt) {
+					r.downAt = sent
+				}
 				r.versions[n.Name] = answered
 				r.sampled[n.Name] = sent
 				for _, new := range []bool{false, true} {
@@ -309,13 +315,30 @@ func (r *rehearsal) phase() string {
 // sent after the answer, which it waits for (at most maxJudgeWait): a server that refused
 // connections between two samples, or stopped answering, is seen down only by them.
 func (r *rehearsal) noCapableServerAround(ctx context.Context, new bool, sent time.Time) bool {
-	answered := time.Now()
-	for deadline := answered.Add(maxJudgeWait); ctx.Err() == nil && time.Now().Before(deadline) && !r.sampledSince(answered); {
-		sleep(ctx, sampleInterval/5)
-	}
+	r.awaitSamplesAfter(ctx, time.Now())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return !r.capableLocked(new) || !r.noCapableAt[new].Before(sent.Add(-probeLag))
+}
+
+// serverDownAround says whether some node's API server was not ready at some time around a
+// request sent at sent and just answered, the window of noCapableServerAround: kubeadm then
+// restarts that node's etcd or server, and a write may fail anywhere meanwhile (kube-apiserver
+// answers 500 "etcdserver: request timed out, possibly due to previous leader failure" for a
+// proposal dropped when the leader hands over, 504 when its own etcd stopped under it).
+func (r *rehearsal) serverDownAround(ctx context.Context, sent time.Time) bool {
+	r.awaitSamplesAfter(ctx, time.Now())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.downAt.Before(sent.Add(-probeLag))
+}
+
+// awaitSamplesAfter waits until every node has finished a sample sent after t, at most
+// maxJudgeWait.
+func (r *rehearsal) awaitSamplesAfter(ctx context.Context, t time.Time) {
+	for deadline := t.Add(maxJudgeWait); ctx.Err() == nil && time.Now().Before(deadline) && !r.sampledSince(t); {
+		sleep(ctx, sampleInterval/5)
+	}
 }
 
 // maxJudgeWait bounds how long a 503 waits for the samples that judge it: a sample of a server
