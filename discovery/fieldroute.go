@@ -79,8 +79,11 @@ func (ix *Index) indexFields(snap *Snapshot) {
 //     rejects, every capable server answers alike (with a 400), and
 //     unaccepted is set when it is because none accepts a label;
 //   - a request for a resource whose schema some capable servers lack fields
-//     of goes to the others, reads only unless options say writes only;
-//     when every capable server lacks some field, to any of them.
+//     of goes to the others that are routable, writes only if options say
+//     so; when every routable capable server lacks some field, to any of
+//     them. A server that is down lists no missing fields because the
+//     controller compares only the servers that answer: what it lacks is
+//     unknown, so it is never the complete one.
 func (ix *Index) narrowForFields(f *resourceFields, req *Request, info *RequestInfo, capable ServerSet) (narrowed ServerSet, unaccepted bool) {
 	if f.labels != nil && readsWithSelector(req.Method, info) {
 		if accepting, ok := acceptingServers(f.labels, req.Query); ok {
@@ -91,7 +94,7 @@ func (ix *Index) narrowForFields(f *resourceFields, req *Request, info *RequestI
 		}
 	}
 	if f.lacking != 0 && (!ix.options.SchemaSkewWritesOnly || isWriteMethod(req.Method)) {
-		if complete := capable &^ f.lacking; complete != 0 {
+		if complete := capable & ix.routable &^ f.lacking; complete != 0 {
 			capable = complete
 		}
 	}

@@ -200,10 +200,26 @@ func TestResourceWhoseSchemasDifferGoesToServersLackingNothing(t *testing.T) {
 			t.Errorf("decision %+v; want no server preferred when none has every field", d)
 		}
 	})
-	t.Run("complete servers down", func(t *testing.T) {
-		ix := fieldIndex(t, IndexOptions{}, func(s []Server) { s[1].Healthy, s[2].Healthy = false, false })
-		if d := ix.Decide(&Request{Method: "PATCH", Path: "/apis/apps/v1/namespaces/ns/deployments/d"}, 0); d.Action != Unavailable {
-			t.Errorf("decision %+v; want 503 rather than a write through a server that drops fields", d)
+	t.Run("a server that is down is not complete", func(t *testing.T) {
+		// The controller compares only the servers that answer, so a server
+		// that is down lists no missing fields: what it lacks is unknown,
+		// not nothing. Here kube-a and kube-b each lack a field and kube-c
+		// is down, as when the second node's server of a 1.30 -> 1.31
+		// upgrade restarts beside a 1.30 and a 1.31 one: the two that
+		// answer serve every request of the kind.
+		ix := fieldIndex(t, IndexOptions{}, func(s []Server) {
+			s[1].MissingFields = map[string][]string{"apps/v1/deployments": {"spec.a"}}
+			s[2].Healthy = false
+		})
+		for _, method := range []string{"GET", "PATCH"} {
+			if d := ix.Decide(&Request{Method: method, Path: "/apis/apps/v1/namespaces/ns/deployments/d"}, 0); d.Action != Forward {
+				t.Errorf("%s: decision %+v; want the healthy servers' balancing, not the down one", method, d)
+			}
+		}
+		// A complete server that answers still takes the writes.
+		ix = fieldIndex(t, IndexOptions{}, func(s []Server) { s[2].Healthy = false })
+		if d := ix.Decide(&Request{Method: "PATCH", Path: "/apis/apps/v1/namespaces/ns/deployments/d"}, 0); d.Action != Route || d.Server != 1 {
+			t.Errorf("decision %+v; want kube-b, the complete server that answers", d)
 		}
 	})
 	t.Run("a selector's servers beat the complete ones", func(t *testing.T) {
