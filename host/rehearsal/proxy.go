@@ -40,17 +40,37 @@ const (
 // anonymous discovery of cluster-info) go on with their own credentials. It verifies every API
 // server against the cluster CA.
 type RoundRobinProxy struct {
+	*pool
+	server *http.Server
+}
+
+// pool is the API servers behind an endpoint, each health-checked, taken in turn.
+type pool struct {
 	backends []*backend
 	next     atomic.Uint64
-	server   *http.Server
-	pki      *lazyPKI
-	dial     dialFunc
 	done     chan struct{}
 }
 
 type backend struct {
 	url     *url.URL
 	healthy atomic.Bool
+}
+
+func newPool(urls []*url.URL) *pool {
+	p := &pool{done: make(chan struct{})}
+	for _, u := range urls {
+		p.backends = append(p.backends, &backend{url: u})
+	}
+	return p
+}
+
+// nodeURLs are the addresses of the nodes' API servers.
+func nodeURLs(nodes []*kubenode.Node) []*url.URL {
+	var urls []*url.URL
+	for _, n := range nodes {
+		urls = append(urls, &url.URL{Scheme: "https", Host: fmt.Sprintf("%s:%d", n.IP, kubenode.APIServerPort)})
+	}
+	return urls
 }
 
 // assertedKey marks a request going on with an identity the proxy asserts; noBackendKey one that
@@ -64,15 +84,11 @@ type (
 // nodes' API servers, reading the cluster's certificates from pkiNode once kubeadm has written
 // them. Close stops it.
 func StartRoundRobinProxy(network *kubenode.Network, pkiNode *kubenode.Node, nodes []*kubenode.Node, log testcluster.Logger) (*RoundRobinProxy, error) {
-	var backends []*url.URL
-	for _, n := range nodes {
-		backends = append(backends, &url.URL{Scheme: "https", Host: fmt.Sprintf("%s:%d", n.IP, kubenode.APIServerPort)})
-	}
 	ln, err := network.Listen(kubenode.APIServerPort)
 	if err != nil {
 		return nil, err
 	}
-	return serveRoundRobin(ln, network.DialContext, backends, pkiNode.HostPath, log), nil
+	return serveRoundRobin(ln, network.DialContext, nodeURLs(nodes), pkiNode.HostPath, log), nil
 }
 
 // dialFunc connects to a backend.
@@ -81,12 +97,10 @@ type dialFunc func(ctx context.Context, network, address string) (net.Conn, erro
 // serveRoundRobin serves the proxy on ln in front of backends, reached with dial, with the
 // kubeadm certificates found at hostPath("/etc/kubernetes/pki/…").
 func serveRoundRobin(ln net.Listener, dial dialFunc, backends []*url.URL, hostPath func(string) string, log testcluster.Logger) *RoundRobinProxy {
-	p := &RoundRobinProxy{pki: &lazyPKI{hostPath: hostPath}, done: make(chan struct{}), dial: dial}
-	for _, u := range backends {
-		p.backends = append(p.backends, &backend{url: u})
-	}
-	plain := p.transport(false)
-	asserting := p.transport(true)
+	p := &RoundRobinProxy{pool: newPool(backends)}
+	pki := &lazyPKI{hostPath: hostPath}
+	plain := backendTransport(pki, dial, false)
+	asserting := backendTransport(pki, dial, true)
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			b := p.pick()
@@ -132,14 +146,12 @@ func serveRoundRobin(ln net.Listener, dial dialFunc, backends []*url.URL, hostPa
 		Protocols: protocols,
 		// Per connection, because the cluster's certificates exist only once kubeadm init has
 		// written them.
-		TLSConfig:         &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return p.pki.serverConfig() }},
+		TLSConfig:         &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return pki.serverConfig() }},
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          log2(log),
 	}
 	go p.server.ServeTLS(ln, "", "")
-	for _, b := range p.backends {
-		go p.check(b, plain)
-	}
+	p.checkAll(plain)
 	return p
 }
 
@@ -160,7 +172,7 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // pick returns the next healthy backend in turn, or nil if none is.
-func (p *RoundRobinProxy) pick() *backend {
+func (p *pool) pick() *backend {
 	for range p.backends {
 		b := p.backends[(p.next.Add(1)-1)%uint64(len(p.backends))]
 		if b.healthy.Load() {
@@ -170,9 +182,9 @@ func (p *RoundRobinProxy) pick() *backend {
 	return nil
 }
 
-// transport reaches the API servers, verified against the cluster CA, with the front-proxy
-// client certificate if asserting.
-func (p *RoundRobinProxy) transport(asserting bool) *http.Transport {
+// backendTransport reaches the API servers with dial, verified against the cluster CA, with the
+// front-proxy client certificate if asserting.
+func backendTransport(pki *lazyPKI, dial dialFunc, asserting bool) *http.Transport {
 	protocols := &http.Protocols{}
 	protocols.SetHTTP1(true)
 	protocols.SetHTTP2(true)
@@ -181,11 +193,11 @@ func (p *RoundRobinProxy) transport(asserting bool) *http.Transport {
 		// Per connection, because the CA and the front-proxy certificate appear only once
 		// kubeadm init has written them.
 		DialTLSContext: func(ctx context.Context, network, address string) (net.Conn, error) {
-			cfg, err := p.pki.clientConfig(address, asserting)
+			cfg, err := pki.clientConfig(address, asserting)
 			if err != nil {
 				return nil, err
 			}
-			conn, err := p.dial(ctx, network, address)
+			conn, err := dial(ctx, network, address)
 			if err != nil {
 				return nil, err
 			}
@@ -201,9 +213,16 @@ func (p *RoundRobinProxy) transport(asserting bool) *http.Transport {
 	}
 }
 
+// checkAll health-checks every backend through t until the pool closes.
+func (p *pool) checkAll(t *http.Transport) {
+	for _, b := range p.backends {
+		go p.check(b, t)
+	}
+}
+
 // check marks b healthy after healthRise answers of /healthz in a row and unhealthy after
-// healthFall failures in a row, until the proxy closes.
-func (p *RoundRobinProxy) check(b *backend, t *http.Transport) {
+// healthFall failures in a row, until the pool closes.
+func (p *pool) check(b *backend, t *http.Transport) {
 	client := &http.Client{Transport: t, Timeout: healthTimeout}
 	var ok, failed int
 	tick := time.NewTicker(healthInterval)

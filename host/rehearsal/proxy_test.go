@@ -46,11 +46,15 @@ type seen struct {
 	authorization string
 }
 
-func TestRoundRobinProxyTakesHealthyServersInTurnAndAssertsVerifiedClientIdentities(t *testing.T) {
-	ca, frontProxyCA, strangerCA := mustCA(t, "kubernetes"), mustCA(t, "front-proxy-ca"), mustCA(t, "stranger")
-	pki := t.TempDir()
+// kubeadmPKI writes the certificates the endpoints read where kubeadm writes them, under the
+// returned directory: the cluster CA, the API server's serving certificate (for 127.0.0.1) and the
+// front-proxy client certificate.
+func kubeadmPKI(t *testing.T) (dir string, ca *devpki.CA, serving *devpki.Leaf) {
+	t.Helper()
+	ca, frontProxyCA := mustCA(t, "kubernetes"), mustCA(t, "front-proxy-ca")
+	dir = t.TempDir()
 	write := func(name string, data []byte) {
-		path := filepath.Join(pki, "etc/kubernetes/pki", name)
+		path := filepath.Join(dir, "etc/kubernetes/pki", name)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -74,12 +78,55 @@ func TestRoundRobinProxyTakesHealthyServersInTurnAndAssertsVerifiedClientIdentit
 	writeLeaf("apiserver", serving, err)
 	frontProxy, err := frontProxyCA.Client(pkix.Name{CommonName: "front-proxy-client"})
 	writeLeaf("front-proxy-client", frontProxy, err)
+	return dir, ca, serving
+}
 
+// backendsWithOneDown starts n TLS servers with serving's certificate, each answering with
+// handler(its index), and returns their URLs with a server that is down after the first.
+func backendsWithOneDown(t *testing.T, n int, serving *devpki.Leaf, handler func(i int) http.HandlerFunc) []*url.URL {
+	t.Helper()
+	var backends []*url.URL
+	for i := range n {
+		srv := httptest.NewUnstartedServer(handler(i))
+		srv.TLS = &tls.Config{Certificates: []tls.Certificate{serving.TLSCertificate()}, ClientAuth: tls.RequestClientCert}
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		u, _ := url.Parse(srv.URL)
+		backends = append(backends, u)
+		if i == 0 {
+			// A server that is down between the others: never healthy, never chosen.
+			down, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			backends = append(backends, &url.URL{Scheme: "https", Host: down.Addr().String()})
+			down.Close()
+		}
+	}
+	return backends
+}
+
+// awaitHealthy waits until every backend but the down one (index 1) is healthy.
+func awaitHealthy(t *testing.T, p *pool) {
+	t.Helper()
+	deadline := time.Now().Add(3 * healthInterval * healthRise)
+	for i, b := range p.backends {
+		for i != 1 && !b.healthy.Load() {
+			if time.Now().After(deadline) {
+				t.Fatalf("backend %d never became healthy", i)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+func TestRoundRobinProxyTakesHealthyServersInTurnAndAssertsVerifiedClientIdentities(t *testing.T) {
+	pki, ca, serving := kubeadmPKI(t)
+	strangerCA := mustCA(t, "stranger")
 	var mu sync.Mutex
 	var requests []seen
-	var backends []*url.URL
-	for i := range 2 {
-		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	backends := backendsWithOneDown(t, 2, serving, func(i int) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/healthz" {
 				return
 			}
@@ -91,22 +138,8 @@ func TestRoundRobinProxyTakesHealthyServersInTurnAndAssertsVerifiedClientIdentit
 			mu.Lock()
 			requests = append(requests, s)
 			mu.Unlock()
-		}))
-		srv.TLS = &tls.Config{Certificates: []tls.Certificate{serving.TLSCertificate()}, ClientAuth: tls.RequestClientCert}
-		srv.StartTLS()
-		t.Cleanup(srv.Close)
-		u, _ := url.Parse(srv.URL)
-		backends = append(backends, u)
-		if i == 0 {
-			// A server that is down between the two: never healthy, never chosen.
-			down, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			backends = append(backends, &url.URL{Scheme: "https", Host: down.Addr().String()})
-			down.Close()
 		}
-	}
+	})
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -114,13 +147,7 @@ func TestRoundRobinProxyTakesHealthyServersInTurnAndAssertsVerifiedClientIdentit
 	}
 	p := serveRoundRobin(ln, (&net.Dialer{}).DialContext, backends, func(path string) string { return filepath.Join(pki, path) }, t)
 	t.Cleanup(func() { p.Close() })
-	deadline := time.Now().Add(3 * healthInterval * healthRise)
-	for !p.backends[0].healthy.Load() || !p.backends[2].healthy.Load() {
-		if time.Now().After(deadline) {
-			t.Fatal("the live backends never became healthy")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	awaitHealthy(t, p.pool)
 
 	roots := ca.Pool()
 	alice := mustClient(t, ca, pkix.Name{CommonName: "alice", Organization: []string{"team", "system:authenticated"}})

@@ -3,8 +3,8 @@
 // counts the harms a version-skewed control plane does: dependents the garbage collector
 // wrongly deletes, objects a namespace deletion leaves behind, client requests that fail,
 // false 404s and 400s, interrupted watches, Pods that fail to start, and the upgrade's wall
-// time. What serves the control-plane endpoint is the scenario's: a plain round-robin proxy
-// (the baseline) or skewgate.
+// time. What serves the control-plane endpoint is the scenario's: a plain round-robin proxy or
+// TCP load balancer (the baselines) or skewgate.
 package rehearsal
 
 import (
@@ -56,6 +56,12 @@ func Baseline(_ context.Context, c *kubenode.Cluster, nodes []*kubenode.Node, lo
 	return StartRoundRobinProxy(c.Network, nodes[0], nodes, log)
 }
 
+// TCPBaseline is the endpoint kubeadm's high-availability guide sets up: a TCP load balancer
+// that keeps each client connection on the server it was given.
+func TCPBaseline(_ context.Context, c *kubenode.Cluster, nodes []*kubenode.Node, log testcluster.Logger) (io.Closer, error) {
+	return StartTCPBalancer(c.Network, nodes[0], nodes, log)
+}
+
 var nodeNames = []string{"cp-1", "cp-2", "cp-3"}
 
 const (
@@ -65,9 +71,9 @@ const (
 	namespaceGoneTimeout = 3 * time.Minute
 	// podRestartTimeout bounds the restart of the workload Pod on an upgraded node.
 	podRestartTimeout = 3 * time.Minute
-	// drainAttempts is how often the procedure runs kubectl drain before giving up, as an
-	// operator would run it again after a transient failure.
-	drainAttempts   = 5
+	// kubectlAttempts is how often the procedure runs kubectl drain or uncordon before giving
+	// up, as an operator would run it again after a transient failure.
+	kubectlAttempts = 5
 	podPollInterval = 2 * time.Second
 	// newKindsTimeout bounds how long the new kinds' workloads may go on after the upgrade.
 	newKindsTimeout = 2 * time.Minute
@@ -604,16 +610,8 @@ func (r *rehearsal) upgradeNode(ctx context.Context, n *kubenode.Node, first boo
 			return fmt.Errorf("node %s: kubeadm pointed kube-controller-manager back at another server", n.Name)
 		}
 	}
-	var drainErr error
-	for range drainAttempts {
-		if _, drainErr = n.Run(ctx, "kubectl", "drain", n.Name, "--ignore-daemonsets", "--timeout=3m"); drainErr == nil {
-			break
-		}
-		r.log.Logf("node %s: kubectl drain failed, again: %v", n.Name, drainErr)
-		sleep(ctx, 5*time.Second)
-	}
-	if drainErr != nil {
-		return drainErr
+	if err := r.kubectl(ctx, n, "drain", n.Name, "--ignore-daemonsets", "--timeout=3m"); err != nil {
+		return err
 	}
 	if err := n.UseBinaries(r.s.To, testcluster.KubeletComponent, testcluster.Kubectl); err != nil {
 		return err
@@ -630,7 +628,7 @@ func (r *rehearsal) upgradeNode(ctx context.Context, n *kubenode.Node, first boo
 		return err
 	}
 	r.waitReplacedWorkloadPod(ctx, n, old, restarted)
-	if _, err := n.Run(ctx, "kubectl", "uncordon", n.Name); err != nil {
+	if err := r.kubectl(ctx, n, "uncordon", n.Name); err != nil {
 		return err
 	}
 	if err := n.WaitControlPlane(ctx); err != nil {
@@ -638,6 +636,21 @@ func (r *rehearsal) upgradeNode(ctx context.Context, n *kubenode.Node, first boo
 	}
 	r.log.Logf("node %s upgraded to %s in %s", n.Name, r.s.To, time.Since(start).Round(time.Second))
 	return nil
+}
+
+// kubectl runs kubectl with args on n, again after a failure up to kubectlAttempts times: a step
+// of the procedure may meet a server that refuses it for a moment (behind the TCP balancer,
+// `kubectl uncordon` was once answered 403 for the cluster admin while a node's server restarted).
+func (r *rehearsal) kubectl(ctx context.Context, n *kubenode.Node, args ...string) error {
+	var err error
+	for range kubectlAttempts {
+		if _, err = n.Run(ctx, append([]string{"kubectl"}, args...)...); err == nil {
+			return nil
+		}
+		r.log.Logf("node %s: kubectl %s failed, again: %v", n.Name, args[0], err)
+		sleep(ctx, 5*time.Second)
+	}
+	return err
 }
 
 // waitKubelet waits until the node reports the kubelet of s.To.
