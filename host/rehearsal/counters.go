@@ -35,6 +35,12 @@ type Counts struct {
 	// write was carried out is unknown, so no answer invites a blind retry; the client reads
 	// before it writes again. Each is logged.
 	WritesLostWithAServer int
+	// ReadsFailedInEtcdHandover counts reads answered 500 by kube-apiserver with its etcd's own
+	// error ("etcdserver: leader changed", "… request timed out") while some API server was down:
+	// kubeadm restarts a node's etcd with its server, and a read in flight while the etcd leader
+	// hands over fails behind any endpoint alike. It changed nothing, and the client reads again.
+	// Each is logged.
+	ReadsFailedInEtcdHandover int
 	// False404 and False400 are answers that a server serving the request would not have given:
 	// not found for an object or resource that exists, bad request for a valid request.
 	False404 int
@@ -72,10 +78,10 @@ func (c Counts) String() string {
 		pods = append(pods, k+" ("+c.PodsFailedToStart[k]+")")
 	}
 	return fmt.Sprintf("dependents wrongly deleted %d of %d; objects left by namespace deletion %d of %d; "+
-		"client requests %d, failed %d [%s], 503 with Retry-After while no capable server %d, writes lost with a server %d; false 404s %d, false 400s %d; "+
+		"client requests %d, failed %d [%s], 503 with Retry-After while no capable server %d, writes lost with a server %d, reads failed in an etcd handover %d; false 404s %d, false 400s %d; "+
 		"watch streams ended %d, interrupted %d, relisted after their only servers restarted %d; answers slower than %s %d; pods failed to start %d (%d without the Services read) [%s]; upgrade wall time %s",
 		c.DependentsWronglyDeleted, c.DependentsCreated, c.ObjectsLeftByNamespaceDeletion, c.ObjectsInDeletedNamespace,
-		c.Requests, c.failedTotal(), strings.Join(failed, " "), c.Allowed503, c.WritesLostWithAServer, c.False404, c.False400,
+		c.Requests, c.failedTotal(), strings.Join(failed, " "), c.Allowed503, c.WritesLostWithAServer, c.ReadsFailedInEtcdHandover, c.False404, c.False400,
 		c.WatchStreamsEnded, c.WatchInterruptions, c.WatchesRelistedAfterTheirServerRestarted, slowAnswer, c.SlowAnswers, len(c.PodsFailedToStart), c.ServiceLinkFailures, strings.Join(pods, ", "), c.UpgradeWallTime.Round(time.Second))
 }
 
@@ -101,6 +107,7 @@ type tally struct {
 	failed             map[string]int
 	allowed503         int
 	writesLost         int
+	etcdHandoverReads  int
 	false404, false400 int
 	watchStreamsEnded  int
 	watchInterruptions int
@@ -135,6 +142,10 @@ type outcome struct {
 	detail string
 }
 
+// etcdErrorMessage begins the message of a Status that kube-apiserver answers with its etcd's
+// error as it got it.
+const etcdErrorMessage = `"message":"etcdserver: `
+
 // judge holds the evidence a failed answer is weighed against; each may wait for it, and a
 // nil one finds nothing.
 type judge struct {
@@ -146,12 +157,13 @@ type judge struct {
 }
 
 // request records one request's outcome and reports whether it counts as failed. Allowed are
-// a 503 with Retry-After while no capable server was up, and a write lost with a server: answered
+// a 503 with Retry-After while no capable server was up; a write lost with a server: answered
 // 503 without Retry-After ("may have been carried out") while no capable server was up, or 500
-// or 504 while some server was down.
+// or 504 while some server was down; and a read answered 500 with an etcd error while some
+// server was down.
 func (t *tally) request(o outcome, j judge) (failed bool) {
 	ok := o.status >= 200 && o.status < 300
-	allowed, lost := false, false
+	allowed, lost, handover := false, false, false
 	switch {
 	case ok:
 	case o.status == http.StatusServiceUnavailable && o.retryAfter:
@@ -160,6 +172,8 @@ func (t *tally) request(o outcome, j judge) (failed bool) {
 		lost = j.noCapableServer != nil && j.noCapableServer()
 	case (o.status == http.StatusInternalServerError || o.status == http.StatusGatewayTimeout) && o.write:
 		lost = j.serverDown != nil && j.serverDown()
+	case o.status == http.StatusInternalServerError && strings.Contains(o.detail, etcdErrorMessage):
+		handover = j.serverDown != nil && j.serverDown()
 	}
 	phase := ""
 	if !ok && !allowed {
@@ -177,6 +191,10 @@ func (t *tally) request(o outcome, j judge) (failed bool) {
 	case lost:
 		t.writesLost++
 		t.logLocked("write lost with a server", phase, o.what, o.detail)
+		return false
+	case handover:
+		t.etcdHandoverReads++
+		t.logLocked("read failed in an etcd handover", phase, o.what, o.detail)
 		return false
 	}
 	key := fmt.Sprint(o.status)
@@ -244,7 +262,7 @@ func (t *tally) into(c *Counts) {
 	defer t.mu.Unlock()
 	c.Requests = t.requests
 	c.Failed = maps.Clone(t.failed)
-	c.Allowed503, c.WritesLostWithAServer = t.allowed503, t.writesLost
+	c.Allowed503, c.WritesLostWithAServer, c.ReadsFailedInEtcdHandover = t.allowed503, t.writesLost, t.etcdHandoverReads
 	c.False404, c.False400 = t.false404, t.false400
 	c.WatchStreamsEnded, c.WatchInterruptions, c.WatchesRelistedAfterTheirServerRestarted = t.watchStreamsEnded, t.watchInterruptions, t.watchesRelisted
 	c.SlowAnswers = t.slowAnswers

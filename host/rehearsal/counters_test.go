@@ -91,6 +91,42 @@ func TestAWriteIsLostWithAServerOnlyOnTheEvidence(t *testing.T) {
 	}
 }
 
+func TestAReadFailsInAnEtcdHandoverOnlyOnTheEvidence(t *testing.T) {
+	const (
+		leaderChanged = `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"etcdserver: leader changed","code":500}`
+		timedOut      = `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"etcdserver: request timed out","code":500}`
+		otherError    = `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Internal error occurred: conversion webhook failed","code":500}`
+	)
+	for _, tc := range []struct {
+		name     string
+		answer   outcome
+		judge    judge
+		handover bool
+	}{
+		{"500 with the etcd leader changed while a server was down", outcome{status: 500, detail: leaderChanged}, aServerDown, true},
+		{"500 with an etcd request timed out while a server was down", outcome{status: 500, detail: timedOut}, aServerDown, true},
+		{"500 with the etcd leader changed while every server was up", outcome{status: 500, detail: leaderChanged}, aCapableServerUp, false},
+		{"500 of another cause while a server was down", outcome{status: 500, detail: otherError}, aServerDown, false},
+		{"504 while a server was down", outcome{status: 504, detail: timedOut}, aServerDown, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tl := newTally(func() string { return "cp-1=v1.31.4 cp-2=" })
+			tc.answer.what = "GET /apis/example.com/v1/widgets/w"
+			if failed := tl.request(tc.answer, tc.judge); failed == tc.handover {
+				t.Errorf("failed %t, want %t", failed, !tc.handover)
+			}
+			var c Counts
+			tl.into(&c)
+			if handover := c.ReadsFailedInEtcdHandover == 1; handover != tc.handover || c.WritesLostWithAServer != 0 {
+				t.Errorf("counts %+v", c)
+			}
+			if len(tl.failures) != 1 {
+				t.Errorf("logged %q, want the one answer", tl.failures)
+			}
+		})
+	}
+}
+
 // A resumed watch answered "too old resource version" is an interruption, unless every server
 // of its resource went down since its stream ended: then no server could have resumed it.
 func TestAWatchResumedTooLateIsAnInterruptionUnlessItsOnlyServersRestarted(t *testing.T) {
