@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -74,6 +75,9 @@ func New(ctx context.Context, log testcluster.Logger) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := ensureInotifyInstances(log); err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "skewgate-nodes-")
 	if err != nil {
 		return nil, err
@@ -104,6 +108,39 @@ func New(ctx context.Context, log testcluster.Logger) (_ *Cluster, err error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// inotifyInstancesPath is the machine's limit on inotify instances per user. Every node's
+// kubelet, kube-apiserver, kube-controller-manager, kube-scheduler and containerd run as root
+// and hold some (two three-node clusters side by side hold about 106, measured), so the nodes of
+// every cluster on the machine share the one limit, whose default is 128; a kubelet that cannot
+// get one does not start ("Failed to start cAdvisor inotify_init: too many open files",
+// kubernetes/kubernetes#58081).
+const inotifyInstancesPath = "/proc/sys/fs/inotify/max_user_instances"
+
+// minInotifyInstances leaves room for several clusters and whatever else the machine runs: the
+// value kind's documentation recommends for several clusters on one machine.
+const minInotifyInstances = 512
+
+// ensureInotifyInstances raises the machine's inotify instance limit to minInotifyInstances if
+// it is lower; it never lowers it.
+func ensureInotifyInstances(log testcluster.Logger) error {
+	raw, err := os.ReadFile(inotifyInstancesPath)
+	if err != nil {
+		return err
+	}
+	limit, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		return fmt.Errorf("%s: %w", inotifyInstancesPath, err)
+	}
+	if limit >= minInotifyInstances {
+		return nil
+	}
+	if err := os.WriteFile(inotifyInstancesPath, []byte(strconv.Itoa(minInotifyInstances)), 0o644); err != nil {
+		return fmt.Errorf("raising %s from %d to %d: %w", inotifyInstancesPath, limit, minInotifyInstances, err)
+	}
+	log.Logf("raised fs.inotify.max_user_instances from %d to %d for the nodes' kubelets and control planes", limit, minInotifyInstances)
+	return nil
 }
 
 // Nodes returns the cluster's nodes in the order they were added.
