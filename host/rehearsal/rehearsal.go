@@ -597,10 +597,11 @@ func (r *rehearsal) upgradeNode(ctx context.Context, n *kubenode.Node, first boo
 		argv = []string{"kubeadm", "upgrade", "apply", r.s.To, "--yes"}
 	}
 	argv = append(argv, "--patches", r.patches, "--ignore-preflight-errors", ignoredPreflightErrors, "--v=1")
-	if out, err := n.Run(ctx, argv...); err != nil {
-		return fmt.Errorf("node %s: %s: %w\n%s", n.Name, strings.Join(argv[:3], " "), err, testcluster.LastLines(out, 30))
+	steps, err := runKubeadmUpgrade(ctx, n, argv)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	r.log.Logf("node %s: %s took %s", n.Name, strings.Join(argv[:3], " "), time.Since(start).Round(time.Second))
+	r.log.Logf("node %s: %s took %s: %s", n.Name, strings.Join(argv[:3], " "), time.Since(start).Round(time.Second), steps.until(time.Now()))
 	if r.s.ControllersThroughEndpoint {
 		conf, err := os.ReadFile(n.HostPath("/etc/kubernetes/controller-manager.conf"))
 		if err != nil {
