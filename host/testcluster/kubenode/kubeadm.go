@@ -163,6 +163,12 @@ func initConfig(c clusterParams, n nodeParams) ([]byte, error) {
 		"kind":       "KubeletConfiguration",
 		// No systemd here; kubeadm's default driver is systemd's.
 		"cgroupDriver": "cgroupfs",
+		// The nodes' filesystems are the machine's, so how full it is says nothing of a node: at
+		// the kubelet's default 85 % its image garbage collection deletes the images imported for
+		// an upgrade before they are used (the static Pod then waits in ImagePullBackOff, as no
+		// image can be pulled here), and eviction would evict the workloads. As kind sets it.
+		"imageGCHighThresholdPercent": 100,
+		"evictionHard":                map[string]string{"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%"},
 	}
 	if api.minor >= 31 {
 		// The field exists from 1.31; from 1.35 the kubelet refuses cgroup v1 unless it is false.

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net/netip"
 	"regexp"
@@ -89,6 +90,9 @@ func TestInitConfigV1beta4CarriesTheMachineSettingsAndDisablesTheAddons(t *testi
 		{cluster, []string{"imageRepository"}, ImageRepository},
 		{kubelet, []string{"kind"}, "KubeletConfiguration"},
 		{kubelet, []string{"cgroupDriver"}, "cgroupfs"},
+		{kubelet, []string{"evictionHard", "nodefs.available"}, "0%"},
+		{kubelet, []string{"evictionHard", "nodefs.inodesFree"}, "0%"},
+		{kubelet, []string{"evictionHard", "imagefs.available"}, "0%"},
 	} {
 		if got := field(t, tc.doc, tc.path...); got != tc.want {
 			t.Errorf("%s = %v, want %s", strings.Join(tc.path, "."), got, tc.want)
@@ -96,6 +100,9 @@ func TestInitConfigV1beta4CarriesTheMachineSettingsAndDisablesTheAddons(t *testi
 	}
 	if got := field(t, kubelet, "failCgroupV1"); got != false {
 		t.Errorf("failCgroupV1 = %v, want false", got)
+	}
+	if got := fmt.Sprint(field(t, kubelet, "imageGCHighThresholdPercent")); got != "100" {
+		t.Errorf("imageGCHighThresholdPercent = %s, want 100: the machine's disk must never make a node delete its images", got)
 	}
 	for _, addon := range []string{"dns", "proxy"} {
 		if got := field(t, cluster, addon, "disabled"); got != true {
