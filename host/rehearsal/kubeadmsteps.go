@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -92,6 +93,9 @@ func runKubeadmUpgrade(ctx context.Context, n *kubenode.Node, argv []string) (*k
 			last = last[1:]
 		}
 	}
+	// A line past the scanner's limit ends the scan; the rest is read on, so that kubeadm never
+	// blocks on a full pipe.
+	io.Copy(io.Discard, r)
 	if err := cmd.Wait(); err != nil {
 		diag, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
