@@ -23,11 +23,13 @@ type kubeadmSteps struct {
 }
 
 // kubeadmStepStarts maps what kubeadm prints as a step starts to the step's name; a static Pod's
-// step is named after its component.
-var kubeadmStepStarts = []struct{ prefix, name string }{
+// step is named after its component, which follows the text. The last text is the part releases
+// share: 1.36 prints "[upgrade/control-plane] ... successfully upgraded!", earlier ones
+// "[upgrade] ... successfully updated!".
+var kubeadmStepStarts = []struct{ text, name string }{
 	{"[upgrade] Running cluster health checks", "cluster health checks"},
 	{`[upgrade/staticpods] Preparing for "`, ""},
-	{"[upgrade/control-plane] The control plane instance for this node was successfully upgraded!", "configuration and addons"},
+	{"The control plane instance for this node was successfully", "configuration and addons"},
 }
 
 func newKubeadmSteps(start time.Time) *kubeadmSteps {
@@ -36,9 +38,8 @@ func newKubeadmSteps(start time.Time) *kubeadmSteps {
 
 // line notes a line of kubeadm's output written at t.
 func (s *kubeadmSteps) line(t time.Time, line string) {
-	line = strings.TrimSpace(line)
 	for _, m := range kubeadmStepStarts {
-		rest, ok := strings.CutPrefix(line, m.prefix)
+		_, rest, ok := strings.Cut(line, m.text)
 		if !ok {
 			continue
 		}

@@ -1,6 +1,7 @@
 package rehearsal
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -26,15 +27,24 @@ var kubeadmApplyLines = []struct {
 }
 
 func TestKubeadmStepsLastUntilTheNextStepStarts(t *testing.T) {
-	start := time.Date(2026, 12, 4, 3, 50, 30, 0, time.UTC)
-	steps := newKubeadmSteps(start)
-	for _, l := range kubeadmApplyLines {
-		steps.line(start.Add(time.Duration(l.at)*time.Second), l.line)
-	}
-	got := steps.until(start.Add(244 * time.Second))
-	want := "preflight 1s, cluster health checks 1m2s, etcd 1m18s, kube-apiserver 1m9s, kube-controller-manager 16s, " +
+	const want = "preflight 1s, cluster health checks 1m2s, etcd 1m18s, kube-apiserver 1m9s, kube-controller-manager 16s, " +
 		"kube-scheduler 14s, configuration and addons 4s"
-	if got != want {
-		t.Errorf("got  %s\nwant %s", got, want)
+	for _, tc := range []struct{ release, controlPlaneDone string }{
+		{"1.36", "[upgrade/control-plane] The control plane instance for this node was successfully upgraded!"},
+		{"1.31", "[upgrade] The control plane instance for this node was successfully updated!"},
+	} {
+		t.Run(tc.release, func(t *testing.T) {
+			start := time.Date(2026, 12, 4, 3, 50, 30, 0, time.UTC)
+			steps := newKubeadmSteps(start)
+			for _, l := range kubeadmApplyLines {
+				if strings.Contains(l.line, "The control plane instance") {
+					l.line = tc.controlPlaneDone
+				}
+				steps.line(start.Add(time.Duration(l.at)*time.Second), l.line)
+			}
+			if got := steps.until(start.Add(244 * time.Second)); got != want {
+				t.Errorf("got  %s\nwant %s", got, want)
+			}
+		})
 	}
 }
