@@ -1,25 +1,32 @@
 package rehearsal
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"time"
 
+	"github.com/skewgate/skewgate/host/testcluster"
 	"github.com/skewgate/skewgate/host/testcluster/kubenode"
 )
 
 // kubeadmSteps times the steps of `kubeadm upgrade apply` and `kubeadm upgrade node` from the
-// lines kubeadm prints as it starts each one. Most of an upgrade's time is kubeadm waiting for the
-// kubelet to restart a static Pod; only the first steps and the last ones read and write through
-// the endpoint. Timing each step is what tells a difference between two endpoints from a
-// difference between two kubelets.
+// lines kubeadm prints as it starts each one; it is kubeadm's standard output and error, keeping
+// what kubeadm wrote. Most of an upgrade's time is kubeadm waiting for the kubelet to restart a
+// static Pod; only the first steps and the last ones read and write through the endpoint. Timing
+// each step is what tells a difference between two endpoints from a difference between two
+// kubelets.
 type kubeadmSteps struct {
-	names  []string
-	starts []time.Time
+	steps []kubeadmStep
+	out   bytes.Buffer
+	// timed is how much of out has been read for step starts: up to its last full line.
+	timed int
+}
+
+type kubeadmStep struct {
+	name  string
+	start time.Time
 }
 
 // kubeadmStepStarts maps what kubeadm prints as a step starts to the step's name; a static Pod's
@@ -33,7 +40,21 @@ var kubeadmStepStarts = []struct{ text, name string }{
 }
 
 func newKubeadmSteps(start time.Time) *kubeadmSteps {
-	return &kubeadmSteps{names: []string{"preflight"}, starts: []time.Time{start}}
+	return &kubeadmSteps{steps: []kubeadmStep{{"preflight", start}}}
+}
+
+// Write keeps p and times every line it completes.
+func (s *kubeadmSteps) Write(p []byte) (int, error) {
+	now := time.Now()
+	s.out.Write(p)
+	for {
+		end := bytes.IndexByte(s.out.Bytes()[s.timed:], '\n')
+		if end < 0 {
+			return len(p), nil
+		}
+		s.line(now, string(s.out.Bytes()[s.timed:s.timed+end]))
+		s.timed += end + 1
+	}
 }
 
 // line notes a line of kubeadm's output written at t.
@@ -47,21 +68,20 @@ func (s *kubeadmSteps) line(t time.Time, line string) {
 		if name == "" {
 			name, _, _ = strings.Cut(rest, `"`)
 		}
-		s.names = append(s.names, name)
-		s.starts = append(s.starts, t)
+		s.steps = append(s.steps, kubeadmStep{name, t})
 		return
 	}
 }
 
 // until lists each step with how long it took until the next one started, or until end.
 func (s *kubeadmSteps) until(end time.Time) string {
-	parts := make([]string, len(s.names))
-	for i, name := range s.names {
+	parts := make([]string, len(s.steps))
+	for i, step := range s.steps {
 		next := end
-		if i+1 < len(s.starts) {
-			next = s.starts[i+1]
+		if i+1 < len(s.steps) {
+			next = s.steps[i+1].start
 		}
-		parts[i] = name + " " + next.Sub(s.starts[i]).Round(time.Second).String()
+		parts[i] = step.name + " " + next.Sub(step.start).Round(time.Second).String()
 	}
 	return strings.Join(parts, ", ")
 }
@@ -72,32 +92,9 @@ func (s *kubeadmSteps) until(end time.Time) string {
 // container's state say why.
 func runKubeadmUpgrade(ctx context.Context, n *kubenode.Node, argv []string) (*kubeadmSteps, error) {
 	cmd := n.Command(ctx, argv...)
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	cmd.Stdout, cmd.Stderr = w, w
-	err = cmd.Start()
-	w.Close()
-	if err != nil {
-		return nil, err
-	}
 	steps := newKubeadmSteps(time.Now())
-	var last []string
-	lines := bufio.NewScanner(r)
-	lines.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for lines.Scan() {
-		steps.line(time.Now(), lines.Text())
-		last = append(last, lines.Text())
-		if len(last) > 30 {
-			last = last[1:]
-		}
-	}
-	// A line past the scanner's limit ends the scan; the rest is read on, so that kubeadm never
-	// blocks on a full pipe.
-	io.Copy(io.Discard, r)
-	if err := cmd.Wait(); err != nil {
+	cmd.Stdout, cmd.Stderr = steps, steps
+	if err := cmd.Run(); err != nil {
 		diag, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		containers, psErr := n.Run(diag, "crictl", "ps", "--all")
@@ -105,7 +102,7 @@ func runKubeadmUpgrade(ctx context.Context, n *kubenode.Node, argv []string) (*k
 			containers = []byte(psErr.Error())
 		}
 		return nil, fmt.Errorf("%s: %w\n%s\nits kubelet:\n%s\nits containers:\n%s", strings.Join(argv[:3], " "), err,
-			strings.Join(last, "\n"), n.LogTail("kubelet", 20), containers)
+			testcluster.LastLines(steps.out.Bytes(), 30), n.LogTail("kubelet", 20), containers)
 	}
 	return steps, nil
 }

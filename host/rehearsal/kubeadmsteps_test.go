@@ -48,3 +48,20 @@ func TestKubeadmStepsLastUntilTheNextStepStarts(t *testing.T) {
 		})
 	}
 }
+
+func TestKubeadmStepsTimeOnlyCompleteLinesAndKeepEveryByte(t *testing.T) {
+	steps := newKubeadmSteps(time.Now())
+	for _, chunk := range []string{`[upgrade/staticpods] Preparing for `, "\"etcd\" upgrade\n[upgrade/staticpods] Preparing for \"kube-", `apiserver" upgrade`} {
+		steps.Write([]byte(chunk))
+	}
+	var names []string
+	for _, s := range steps.steps {
+		names = append(names, s.name)
+	}
+	if got := strings.Join(names, ","); got != "preflight,etcd" {
+		t.Errorf("steps %s, want preflight,etcd: a line is timed once complete", got)
+	}
+	if want := "[upgrade/staticpods] Preparing for \"etcd\" upgrade\n[upgrade/staticpods] Preparing for \"kube-apiserver\" upgrade"; steps.out.String() != want {
+		t.Errorf("kept %q", steps.out.String())
+	}
+}
