@@ -64,8 +64,10 @@ type Counts struct {
 	// ServiceLinkFailures counts the Pods of PodsFailedToStart whose kubelet had not read the
 	// Services its service links need (kubernetes/kubernetes#127316).
 	ServiceLinkFailures int
-	// UpgradeWallTime is from the first kubeadm upgrade to the last node's uncordon.
+	// UpgradeWallTime is from the first kubeadm upgrade to the last node's uncordon;
+	// UpgradeSteps are its steps, node by node.
 	UpgradeWallTime time.Duration
+	UpgradeSteps    []UpgradeStep
 }
 
 func (c Counts) String() string {

@@ -73,26 +73,27 @@ func (s *kubeadmSteps) line(t time.Time, line string) {
 	}
 }
 
-// until lists each step with how long it took until the next one started, or until end.
-func (s *kubeadmSteps) until(end time.Time) string {
-	parts := make([]string, len(s.steps))
+// upgradeSteps lists each step as the nth node's, lasting until the next one started, or until
+// end.
+func (s *kubeadmSteps) upgradeSteps(nth int, end time.Time) []UpgradeStep {
+	steps := make([]UpgradeStep, len(s.steps))
 	for i, step := range s.steps {
 		next := end
 		if i+1 < len(s.steps) {
 			next = s.steps[i+1].start
 		}
-		parts[i] = step.name + " " + next.Sub(step.start).Round(time.Second).String()
+		steps[i] = UpgradeStep{Node: nth, Name: step.name, Took: next.Sub(step.start)}
 	}
-	return strings.Join(parts, ", ")
+	return steps
 }
 
-// runKubeadmUpgrade runs argv (a `kubeadm upgrade` command) on n, timing its steps as its output
-// arrives. An error carries the end of kubeadm's output, the kubelet's log and the node's
+// runKubeadmUpgrade runs argv (a `kubeadm upgrade` command) on n, timing its steps from start as
+// its output arrives. An error carries the end of kubeadm's output, the kubelet's log and the node's
 // containers: kubeadm says only that a static Pod did not restart in time, the kubelet and the
 // container's state say why.
-func runKubeadmUpgrade(ctx context.Context, n *kubenode.Node, argv []string) (*kubeadmSteps, error) {
+func runKubeadmUpgrade(ctx context.Context, n *kubenode.Node, argv []string, start time.Time) (*kubeadmSteps, error) {
 	cmd := n.Command(ctx, argv...)
-	steps := newKubeadmSteps(time.Now())
+	steps := newKubeadmSteps(start)
 	cmd.Stdout, cmd.Stderr = steps, steps
 	if err := cmd.Run(); err != nil {
 		diag, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

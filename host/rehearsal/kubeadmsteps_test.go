@@ -42,7 +42,7 @@ func TestKubeadmStepsLastUntilTheNextStepStarts(t *testing.T) {
 				}
 				steps.line(start.Add(time.Duration(l.at)*time.Second), l.line)
 			}
-			if got := steps.until(start.Add(244 * time.Second)); got != want {
+			if got := joinSteps(steps.upgradeSteps(1, start.Add(244*time.Second))); got != want {
 				t.Errorf("got  %s\nwant %s", got, want)
 			}
 		})

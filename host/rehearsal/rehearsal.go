@@ -488,9 +488,11 @@ func (r *rehearsal) rehearse(ctx context.Context) (Counts, error) {
 		newKinds <- r.client.newKindWorkloads(workCtx, loadCtx, &load, r.s.Kinds, &counts)
 	}()
 	for i, n := range order {
-		if err := r.upgradeNode(ctx, n, i == 0); err != nil {
+		steps, err := r.upgradeNode(ctx, n, i+1)
+		if err != nil {
 			return counts, err
 		}
+		counts.UpgradeSteps = append(counts.UpgradeSteps, steps...)
 	}
 	counts.UpgradeWallTime = time.Since(start)
 	r.log.Logf("upgrade from %s to %s took %s", r.s.From, r.s.To, counts.UpgradeWallTime.Round(time.Second))
@@ -586,36 +588,41 @@ func (r *rehearsal) waitNewKinds(ctx context.Context, n *kubenode.Node) error {
 // upgradeNode follows kubeadm's upgrade procedure on one control-plane node: upgrade kubeadm,
 // `kubeadm upgrade apply` on the first node and `kubeadm upgrade node` on the others, drain,
 // upgrade the kubelet and kubectl, restart the kubelet, uncordon. The node's workload Pod is
-// restarted once the new kubelet runs.
-func (r *rehearsal) upgradeNode(ctx context.Context, n *kubenode.Node, first bool) error {
+// restarted once the new kubelet runs. n is the nth node upgraded; its steps are returned.
+func (r *rehearsal) upgradeNode(ctx context.Context, n *kubenode.Node, nth int) ([]UpgradeStep, error) {
 	start := time.Now()
+	clock := &stepClock{node: nth, last: start}
 	if err := n.UseBinaries(r.s.To, testcluster.Kubeadm); err != nil {
-		return err
+		return nil, err
 	}
 	argv := []string{"kubeadm", "upgrade", "node"}
-	if first {
+	if nth == 1 {
 		argv = []string{"kubeadm", "upgrade", "apply", r.s.To, "--yes"}
 	}
 	argv = append(argv, "--patches", r.patches, "--ignore-preflight-errors", ignoredPreflightErrors, "--v=1")
-	steps, err := runKubeadmUpgrade(ctx, n, argv)
+	kubeadm, err := runKubeadmUpgrade(ctx, n, argv, clock.last)
 	if err != nil {
-		return fmt.Errorf("node %s: %w", n.Name, err)
+		return nil, fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	r.log.Logf("node %s: %s took %s: %s", n.Name, strings.Join(argv[:3], " "), time.Since(start).Round(time.Second), steps.until(time.Now()))
+	now := time.Now()
+	clock.steps = kubeadm.upgradeSteps(nth, now)
+	r.log.Logf("node %s: %s took %s: %s", n.Name, strings.Join(argv[:3], " "), now.Sub(clock.last).Round(time.Second), joinSteps(clock.steps))
+	clock.last = now
 	if r.s.ControllersThroughEndpoint {
 		conf, err := os.ReadFile(n.HostPath("/etc/kubernetes/controller-manager.conf"))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !strings.Contains(string(conf), kubenode.ControlPlaneEndpoint) {
-			return fmt.Errorf("node %s: kubeadm pointed kube-controller-manager back at another server", n.Name)
+			return nil, fmt.Errorf("node %s: kubeadm pointed kube-controller-manager back at another server", n.Name)
 		}
 	}
 	if err := r.kubectl(ctx, n, "drain", n.Name, "--ignore-daemonsets", "--timeout=3m"); err != nil {
-		return err
+		return nil, err
 	}
+	clock.done("drain")
 	if err := n.UseBinaries(r.s.To, testcluster.KubeletComponent, testcluster.Kubectl); err != nil {
-		return err
+		return nil, err
 	}
 	n.RestartKubelet()
 	restarted := time.Now()
@@ -623,20 +630,24 @@ func (r *rehearsal) upgradeNode(ctx context.Context, n *kubenode.Node, first boo
 	// tolerate the cordon), when the kubelet has read the least.
 	old, err := r.deleteWorkloadPod(ctx, n)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := r.waitKubelet(ctx, n); err != nil {
-		return err
+		return nil, err
 	}
+	clock.done("new kubelet reported")
 	r.waitReplacedWorkloadPod(ctx, n, old, restarted)
+	clock.done("workload Pod running")
 	if err := r.kubectl(ctx, n, "uncordon", n.Name); err != nil {
-		return err
+		return nil, err
 	}
+	clock.done("uncordon")
 	if err := n.WaitControlPlane(ctx); err != nil {
-		return err
+		return nil, err
 	}
+	clock.done("control plane ready")
 	r.log.Logf("node %s upgraded to %s in %s", n.Name, r.s.To, time.Since(start).Round(time.Second))
-	return nil
+	return clock.steps, nil
 }
 
 // kubectl runs kubectl with args on n, again after a failure up to kubectlAttempts times: a step

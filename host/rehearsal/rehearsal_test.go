@@ -35,11 +35,13 @@ func rehearsalContext(t *testing.T) context.Context {
 // skewgate, which must show no harm. Both runs share the machine from start to end, so the
 // ratio of their upgrades' wall times compares the endpoints rather than the moments each ran in.
 func rehearseSideBySide(t *testing.T, s Scenario, baselineShowsTheHarms func(*testing.T, Counts)) {
-	var baseline, throughSkewgate time.Duration
+	var baseline, throughSkewgate Counts
 	t.Cleanup(func() {
-		if baseline > 0 && throughSkewgate > 0 {
-			t.Logf("upgrade wall time skewgate/baseline %s: %s / %s = %.2f", upgradeKey(s), throughSkewgate.Round(time.Second),
-				baseline.Round(time.Second), throughSkewgate.Seconds()/baseline.Seconds())
+		if baseline.UpgradeWallTime > 0 && throughSkewgate.UpgradeWallTime > 0 {
+			t.Logf("upgrade wall time skewgate/baseline %s: %s / %s = %.2f; step by step:\n%s", upgradeKey(s),
+				throughSkewgate.UpgradeWallTime.Round(time.Second), baseline.UpgradeWallTime.Round(time.Second),
+				throughSkewgate.UpgradeWallTime.Seconds()/baseline.UpgradeWallTime.Seconds(),
+				stepsSideBySide("baseline", baseline.UpgradeSteps, "skewgate", throughSkewgate.UpgradeSteps))
 		}
 	})
 	t.Run("baseline", func(t *testing.T) {
@@ -51,7 +53,7 @@ func rehearseSideBySide(t *testing.T, s Scenario, baselineShowsTheHarms func(*te
 			t.Fatal(err)
 		}
 		t.Logf("baseline %s: %s", upgradeKey(s), counts)
-		baseline = counts.UpgradeWallTime
+		baseline = counts
 		baselineShowsTheHarms(t, counts)
 	})
 	t.Run("skewgate", func(t *testing.T) {

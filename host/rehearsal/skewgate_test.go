@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/skewgate/skewgate/host/testcluster/kubeadmskewgate"
 )
@@ -69,8 +68,8 @@ func sourceRevision(t *testing.T, root string) string {
 }
 
 // rehearseThroughSkewgate runs s with skewgate as the endpoint and on every node, logs its counts,
-// fails on any harm and returns its upgrade's wall time.
-func rehearseThroughSkewgate(t *testing.T, s Scenario) time.Duration {
+// fails on any harm and returns its counts.
+func rehearseThroughSkewgate(t *testing.T, s Scenario) Counts {
 	ctx := rehearsalContext(t)
 	sg := skewgateDeployment(t, ctx)
 	s.Endpoint, s.NodeLocal = sg.Endpoint, sg.NodeLocal
@@ -94,7 +93,7 @@ func rehearseThroughSkewgate(t *testing.T, s Scenario) time.Duration {
 	if len(counts.PodsFailedToStart) != 0 {
 		t.Errorf("pods failed to start: %v", counts.PodsFailedToStart)
 	}
-	return counts.UpgradeWallTime
+	return counts
 }
 
 func TestSnapshotViewNamesEachServersVersionHealthAndServiceLabels(t *testing.T) {
