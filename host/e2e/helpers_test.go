@@ -177,6 +177,14 @@ func (l *testLog) Logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "testcluster: "+format+"\n", args...)
 }
 
+// besideOtherScenariosWithOwnClusters lets a scenario that starts a cluster of its own and touches
+// no shared one run beside the others like it, once every other scenario has run: they mostly
+// wait for kubeadm, kubelets and restarting servers, and `go test` runs at most GOMAXPROCS of
+// them at once (two on a 2-core machine).
+func besideOtherScenariosWithOwnClusters(t *testing.T) {
+	t.Parallel()
+}
+
 // startCluster starts a cluster owned by one test.
 func startCluster(t *testing.T, spec testcluster.Spec) *testcluster.Cluster {
 	t.Helper()

@@ -189,6 +189,7 @@ func outage(results []probeResult, since time.Time) (sent, failed int, lastFailu
 }
 
 func TestKubeadmHAControlPlaneBehindSkewgateKeepsWorkingWhenOneAPIServerStops(t *testing.T) {
+	besideOtherScenariosWithOwnClusters(t)
 	requireSkewgate(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()

@@ -359,6 +359,7 @@ func newKubeadmCluster(ctx context.Context, t *testing.T) *kubenode.Cluster {
 }
 
 func TestKubeadmNodeLocalSkewgateInstalledAndRemovedAsTheREADMESays(t *testing.T) {
+	besideOtherScenariosWithOwnClusters(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	scenarioStart := time.Now()

@@ -61,6 +61,7 @@ const undelayedServer = skewedUpgraded
 // no request lost in flight to a restarting server, no connection error, and no watch cut but
 // by undelayedServer, which closes its connections under the watches streaming on them.
 func TestRollingUpgradeThroughSkewgate(t *testing.T) {
+	besideOtherScenariosWithOwnClusters(t)
 	spec := skewedSpec("rolling")
 	for i := range spec.Servers {
 		if i != undelayedServer {

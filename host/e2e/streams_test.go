@@ -134,6 +134,7 @@ type streamsScenario struct {
 // re-routes. Every stream keeps the caller's identity (the API servers' audit logs), survives a
 // snapshot change and ends, seen by its client, when the API server carrying it restarts.
 func TestStreamsThroughSkewgateKeepTheCallersIdentityAndEndWithTheirAPIServer(t *testing.T) {
+	besideOtherScenariosWithOwnClusters(t)
 	spec := skewedSpec("streams")
 	spec.AuditPolicy = streamsAuditPolicy
 	cluster := startCluster(t, spec)
