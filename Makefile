@@ -114,7 +114,7 @@ cluster-test: test-binaries
 	$(GO) test -count=1 -p 1 -timeout 60m $(CLUSTER_PKGS)
 
 # Real kubeadm HA upgrades, node by node, each behind a per-request round-robin
-# proxy and through skewgate at once: three real nodes per run, 11 and 16 minutes
+# proxy and through skewgate at once: three real nodes per run, about 10 and 14 minutes
 # a pair on 2 cores. Verbose, so that every run's counts are in the log.
 rehearsal-test: build rehearsal-binaries
 	$(GO) test -count=1 -p 1 -v -timeout 60m -run '^TestUpgrade' ./host/rehearsal/
