@@ -19,13 +19,7 @@ import (
 func TestMetricsEndpointExposesRuntimeProcessAndRequestDurationMetrics(t *testing.T) {
 	f := newFixture(t)
 	s := f.startServer(t)
-	if code, _, body := get(t, f.gatewayClient(), "https://"+s.GatewayAddr().String()+"/api/v1/namespaces/default/pods"); code != http.StatusOK {
-		t.Fatalf("request through the gateway: %d: %s", code, body)
-	}
-	// The gateway counts a request once its handler returns, which can be just
-	// after the client has the response; its duration series exist from the
-	// start, so the count is what tells it has.
-	eventuallyMetric(t, s, `skewgate_gateway_requests_total{code="200",verdict="forward"} 1`)
+	forwardOneCountedRequest(t, f, s)
 	_, header, metrics := get(t, &http.Client{Timeout: 10 * time.Second}, "http://"+s.MetricsAddr().String()+"/metrics")
 	if ct := header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
 		t.Errorf("Content-Type %q, want the Prometheus text format", ct)
@@ -42,6 +36,18 @@ func TestMetricsEndpointExposesRuntimeProcessAndRequestDurationMetrics(t *testin
 	if n := strings.Count(metrics, "# TYPE skewgate_gateway_requests_total "); n != 1 {
 		t.Errorf("skewgate_gateway_requests_total described %d times", n)
 	}
+}
+
+// forwardOneCountedRequest sends one request through the gateway to an API
+// server and waits until /metrics counts it. The gateway counts a request once
+// its handler returns, which can be just after the client has the response;
+// its duration series exist from the start, so the count is what tells it has.
+func forwardOneCountedRequest(t *testing.T, f *fixture, s *Server) {
+	t.Helper()
+	if code, _, body := get(t, f.gatewayClient(), "https://"+s.GatewayAddr().String()+"/api/v1/namespaces/default/pods"); code != http.StatusOK {
+		t.Fatalf("request through the gateway: %d: %s", code, body)
+	}
+	eventuallyMetric(t, s, `skewgate_gateway_requests_total{code="200",verdict="forward"} 1`)
 }
 
 func TestClientGoLogsGoIntoTheStructuredLog(t *testing.T) {
@@ -126,10 +132,7 @@ func TestDebugRequestsServesTheShapesOfRequestsReceived(t *testing.T) {
 func TestEveryMetricServedIsDefined(t *testing.T) {
 	f := newFixture(t)
 	s := f.startServer(t)
-	if code, _, body := get(t, f.gatewayClient(), "https://"+s.GatewayAddr().String()+"/api/v1/namespaces/default/pods"); code != http.StatusOK {
-		t.Fatalf("request through the gateway: %d: %s", code, body)
-	}
-	eventuallyMetric(t, s, `skewgate_gateway_requests_total{code="200",verdict="forward"} 1`)
+	forwardOneCountedRequest(t, f, s)
 	reg := s.metricsRegistry()
 	if err := metricstest.Defined(reg); err != nil {
 		t.Error(err)
