@@ -54,6 +54,9 @@ type Host struct {
 	startVMRestriction *restriction
 	mallocRestriction  *restriction
 
+	// insertsAppHeap is Options.WAMRAppHeap for a module WAMR would give an app heap.
+	insertsAppHeap bool
+
 	metrics *metricRegistry
 
 	counters           hostCounters
@@ -196,6 +199,7 @@ func (h *Host) load(ctx context.Context, wasm []byte) error {
 	if h.exports, err = resolveExports(exported); err != nil {
 		return err
 	}
+	h.insertsAppHeap = h.opts.WAMRAppHeap && !wamrUsesModuleAllocator(exported)
 	if h.imports, err = h.moduleImports(compiled); err != nil {
 		return err
 	}

@@ -158,6 +158,12 @@ func (h *Host) newInstance(s *slot, configuration []byte) (*instance, error) {
 	inst.mod = mod
 	inst.mem = mod.ExportedMemory(memoryExport)
 	inst.fns = h.exports.bind(mod)
+	if h.insertsAppHeap {
+		if err := insertWAMRAppHeap(inst.mem); err != nil {
+			_ = mod.Close(context.Background())
+			return nil, err
+		}
+	}
 	if err := inst.startVM(); err != nil {
 		_ = mod.Close(context.Background())
 		return nil, err

@@ -64,6 +64,10 @@ type Options struct {
 	// CallDepth, when set, counts the nesting of guest calls and traps one nested deeper than its Limit, as a
 	// runtime with a fixed-size stack would. Nil (the default) runs the guest at full speed without counting.
 	CallDepth *CallDepth
+	// WAMRAppHeap lays out each instance's memory as Envoy's WAMR runtime does for a module that exports no
+	// malloc and free of its own: one page more than the module asks for, holding WAMR's allocator state (non-zero
+	// bytes), before _initialize runs. A module exporting both is left alone, as WAMR leaves it. A test mode.
+	WAMRAppHeap bool
 
 	// HTTPCalls carries out proxy_http_call. Nil refuses every call with BadArgument, as Envoy refuses a call to
 	// an unknown cluster.
