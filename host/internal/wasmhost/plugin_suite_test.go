@@ -33,7 +33,13 @@ func TestPluginSuiteInEnvoyFaithfulHost(t *testing.T) {
 	plugintest.Run(t, pluginHarness{wasm: wasm})
 }
 
-type pluginHarness struct{ wasm []byte }
+// pluginHarness starts the built module in this host. environment is the VM's environment variables and
+// wamrAppHeap lays its memory out as Envoy's WAMR runtime would (Options.WAMRAppHeap).
+type pluginHarness struct {
+	wasm        []byte
+	environment [][2]string
+	wamrAppHeap bool
+}
 
 func (pluginHarness) PushesConfiguration() bool { return true }
 
@@ -46,6 +52,8 @@ func (h pluginHarness) Start(t *testing.T, opts plugintest.StartOptions) (plugin
 		CompilationCacheDir: compilationCacheDir(),
 		PluginName:          "skewgate", RootID: "skewgate", VMID: "skewgate",
 		PluginConfiguration: opts.Config,
+		Environment:         h.environment,
+		WAMRAppHeap:         h.wamrAppHeap,
 		HTTPCalls:           calls,
 		// A callback nesting deeper than Envoy's fixed Wasm stack allows traps here as it would there.
 		CallDepth: &CallDepth{Limit: pluginCallDepthBudget},
