@@ -249,7 +249,11 @@ func parseResource(obj JSONValue, at *docPath) (r Resource, err error) {
 		case resourceName:
 			r.Resource, err = parseString(v, at, key)
 		case resourceResponseKind:
-			r.ResponseKind, err = parseGVKPointer(v, at, key)
+			var kindAt docPath
+			if kindAt, err = optionalGVKAt(v, at, key); err == nil && v.IsObject() {
+				r.ResponseKind = new(GVK)
+				*r.ResponseKind, err = parseGVK(v, &kindAt)
+			}
 		case resourceScope:
 			r.Scope, err = parseString(v, at, key)
 		case resourceSingular:
@@ -302,7 +306,11 @@ func parseSubresource(obj JSONValue, at *docPath) (s Subresource, err error) {
 		case subresourceName:
 			s.Subresource, err = parseString(v, at, key)
 		case subresourceResponseKind:
-			s.ResponseKind, err = parseGVKPointer(v, at, key)
+			var kindAt docPath
+			if kindAt, err = optionalGVKAt(v, at, key); err == nil && v.IsObject() {
+				s.ResponseKind = new(GVK)
+				*s.ResponseKind, err = parseGVK(v, &kindAt)
+			}
 		case subresourceAcceptedTypes:
 			types := objectsIn(v, at, key, "")
 			for types.next() {
@@ -357,19 +365,16 @@ func parseGVK(obj JSONValue, at *docPath) (gvk GVK, err error) {
 	return gvk, members.err
 }
 
-func parseGVKPointer(v JSONValue, parent *docPath, key string) (*GVK, error) {
-	switch {
-	case v.IsNull():
-		return nil, nil
-	case !v.IsObject():
-		return nil, parent.fail(strconv.Quote(key) + " must be an object, got " + describeJSON(v))
+// optionalGVKAt checks a member that holds a GVK or null and returns the
+// path to parse an object at. The caller parses it with parseGVK itself
+// rather than through a function in between: responseKind is the deepest
+// level of the discovery schema, where every frame counts against the fixed
+// stack of Envoy's WAMR runtime.
+func optionalGVKAt(v JSONValue, parent *docPath, key string) (docPath, error) {
+	if !v.IsNull() && !v.IsObject() {
+		return docPath{}, parent.fail(strconv.Quote(key) + " must be an object, got " + describeJSON(v))
 	}
-	at := parent.member(key)
-	gvk, err := parseGVK(v, &at)
-	if err != nil {
-		return nil, err
-	}
-	return &gvk, nil
+	return parent.member(key), nil
 }
 
 // knownMembers walks the members of an object that are named in known, with

@@ -271,8 +271,16 @@ var snapshotMembers = [...]member[Snapshot]{
 				if len(s.Servers) == MaxServers {
 					return fmt.Errorf("more than %d servers", MaxServers)
 				}
-				srv, err := parseServer(len(s.Servers), elements.Value(), r)
-				if err != nil {
+				// A server is read here rather than in a function of its own:
+				// this is the plugin's deepest call chain, and every frame
+				// counts against the fixed stack of Envoy's WAMR runtime.
+				i, v := len(s.Servers), elements.Value()
+				if !v.IsObject() {
+					return locatedError{fmt.Errorf("snapshot: servers[%d]: must be an object, got %s", i, describeValue(v))}
+				}
+				var srv Server
+				values, unknown := collectMembers(v, serverMembers[:])
+				if err := fillMembers(values, unknown, &srv, serverMembers[:], func(s *Server) string { return "snapshot: " + serverLabel(i, s.ID) }, r, "servers[]."); err != nil {
 					return locatedError{err}
 				}
 				s.Servers = append(s.Servers, srv)
@@ -395,16 +403,6 @@ func groupListMember(name string, field func(*Server) *GroupList) member[Server]
 			return field(s).AppendJSON(dst, true)
 		},
 	}
-}
-
-func parseServer(i int, v JSONValue, r *reading) (Server, error) {
-	if !v.IsObject() {
-		return Server{}, fmt.Errorf("snapshot: servers[%d]: must be an object, got %s", i, describeValue(v))
-	}
-	var srv Server
-	values, unknown := collectMembers(v, serverMembers[:])
-	err := fillMembers(values, unknown, &srv, serverMembers[:], func(s *Server) string { return "snapshot: " + serverLabel(i, s.ID) }, r, "servers[].")
-	return srv, err
 }
 
 // Validate checks the invariants every consumer relies on: a positive

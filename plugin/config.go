@@ -27,6 +27,14 @@ func ParseConfig(raw []byte) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	return configFrom(parsed)
+}
+
+// configFrom builds the plugin's configuration from a validated one.
+// OnPluginStart calls config.Parse and configFrom itself rather than through
+// ParseConfig: parsing is the deepest call chain the plugin runs, and every
+// frame above it counts against the fixed Wasm stack of Envoy's WAMR runtime.
+func configFrom(parsed *config.Config) (*Config, error) {
 	ix, err := discovery.NewIndexWith(parsed.Snapshot, parsed.IndexOptions())
 	if err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)

@@ -77,7 +77,12 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		proxywasm.LogCriticalf("skewgate: configuration rejected: cannot read it: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
-	cfg, err := ParseConfig(raw)
+	// ParseConfig's two steps, one frame shallower (see configFrom).
+	var cfg *Config
+	parsed, err := config.Parse(raw)
+	if err == nil {
+		cfg, err = configFrom(parsed)
+	}
 	if err != nil {
 		p.metrics.rejectedConfigurations.Increment(1)
 		if isSchemaError(err) {
