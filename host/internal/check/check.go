@@ -141,20 +141,14 @@ func (o *Options) restConfig() (*rest.Config, error) {
 func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) int {
 	report, err := check(ctx, o)
 	if err != nil {
-		fmt.Fprintf(stderr, "skewgate check: %v\n", err)
+		writeError(stderr, err)
 		return ExitError
 	}
 	if err := report.Write(stdout, o.Output); err != nil {
-		fmt.Fprintf(stderr, "skewgate check: %v\n", err)
+		writeError(stderr, err)
 		return ExitError
 	}
-	fmt.Fprintf(stderr, "Checked %s against %s: %d resources listed, %d objects, %d requests in %.1fs.\n",
-		report.From.Source, report.To.Source, report.Scan.Resources, report.Scan.Objects, report.Scan.Requests, report.Scan.Seconds)
-	if o.Output == OutputTable {
-		for _, n := range report.Notes {
-			fmt.Fprintf(stderr, "Note: %s\n", n)
-		}
-	}
+	report.writeSummary(stderr, o.Output == OutputTable)
 	if len(report.Findings) > 0 {
 		return ExitFindings
 	}
@@ -361,6 +355,10 @@ func toOnlyListable(from, to *API) []string {
 	return out
 }
 
+// DebugHandlersFlag is the flag of skewgate serve without which its metrics
+// listener does not serve /debug/requests.
+const DebugHandlersFlag = "debug-handlers"
+
 // readRequestShapes reads a running skewgate's record of request shapes.
 func readRequestShapes(ctx context.Context, base string, timeout time.Duration) (*gateway.RequestShapes, error) {
 	u := strings.TrimSuffix(base, "/") + "/debug/requests"
@@ -375,7 +373,12 @@ func readRequestShapes(ctx context.Context, base string, timeout time.Duration) 
 		return nil, fmt.Errorf("--from-skewgate %s: unreachable: %w", base, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		return nil, fmt.Errorf("--from-skewgate %s: GET /debug/requests answered %s: skewgate serve serves it only with --%s; "+
+			"is it the metrics listener of skewgate serve, started with that flag?", base, resp.Status, DebugHandlersFlag)
+	default:
 		return nil, fmt.Errorf("--from-skewgate %s: GET /debug/requests answered %s: is it the metrics listener of skewgate serve?", base, resp.Status)
 	}
 	var shapes gateway.RequestShapes

@@ -115,7 +115,9 @@ func (a *analysis) fieldSelectorFindings() error {
 			}
 			r := GroupVersionResource{GroupVersion{s.Group, s.Version}, s.Resource}
 			for _, l := range s.FieldSelector {
-				if l != "(invalid)" {
+				// A record of an older skewgate may hold "(invalid)" or
+				// whatever its clients sent.
+				if gateway.IsFieldPath(l) {
 					u := selectorUse{r, l}
 					uses[u] = append(uses[u], fmt.Sprintf("%s %s %d times (recorded by skewgate)", s.UserAgent, s.Verb, s.Count))
 				}

@@ -2,6 +2,7 @@ package check
 
 import (
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -19,7 +20,7 @@ func fakeSkewgate(t *testing.T, requests ...[2]string) string {
 	for _, r := range requests {
 		req := httptest.NewRequest("GET", "https://gateway.example"+r[0], nil)
 		req.Header.Set("User-Agent", r[1])
-		l.Record(req)
+		l.RecordAnswered(req, http.StatusOK)
 	}
 	s := httptest.NewServer(l)
 	t.Cleanup(s.Close)
