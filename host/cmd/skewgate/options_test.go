@@ -86,6 +86,8 @@ func TestEveryFlagRefusesABadValueNamingIt(t *testing.T) {
 				"local-apiserver":                       {"--local-apiserver=http://10.0.0.2:6443"},
 				"metrics-bind-address":                  {"--metrics-bind-address=127.0.0.1"},
 				"profiling":                             {"--profiling=maybe"},
+				"debug-handlers":                        {"--debug-handlers=maybe"},
+				"request-log-window":                    {"--request-log-window=0s"},
 				"envoy-ecds-file":                       {"--envoy-ecds-file=" + filepath.Join(missing, "skewgate.yaml")},
 				"envoy-wasm-path":                       {"--envoy-wasm-path=skewgate.wasm"},
 				"envoy-wasm-schema-version":             {"--envoy-ecds-file=" + in("ecds.yaml"), "--envoy-wasm-schema-version=one"},

@@ -18,6 +18,10 @@ import (
 	"github.com/skewgate/skewgate/plugin/metricdef"
 )
 
+// DebugHandlersFlag is the flag that serves /debug/snapshot and
+// /debug/requests.
+const DebugHandlersFlag = "debug-handlers"
+
 // metricsHandler serves the operator endpoints.
 func (s *Server) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -40,17 +44,28 @@ func (s *Server) metricsHandler() http.Handler {
 		}
 		writeText(w, http.StatusOK, "ok\n")
 	})
-	mux.HandleFunc("GET /debug/snapshot", func(w http.ResponseWriter, _ *http.Request) {
-		cur := s.applied.Load()
-		if cur == nil {
-			writeText(w, http.StatusNotFound, "no snapshot accepted yet\n")
-			return
+	if s.cfg.DebugHandlers {
+		mux.HandleFunc("GET /debug/snapshot", func(w http.ResponseWriter, _ *http.Request) {
+			cur := s.applied.Load()
+			if cur == nil {
+				writeText(w, http.StatusNotFound, "no snapshot accepted yet\n")
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Cache-Control", "no-store")
+			_, _ = w.Write(cur.raw)
+		})
+		mux.Handle("GET /debug/requests", s.requests)
+	} else {
+		// Whoever reaches the listener, every hostNetwork Pod of a node
+		// included, would read them: they are off unless asked for, and
+		// say so.
+		off := func(w http.ResponseWriter, r *http.Request) {
+			writeText(w, http.StatusNotFound, r.URL.Path+" is served only with --"+DebugHandlersFlag+"\n")
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_, _ = w.Write(cur.raw)
-	})
-	mux.Handle("GET /debug/requests", s.requests)
+		mux.HandleFunc("GET /debug/snapshot", off)
+		mux.HandleFunc("GET /debug/requests", off)
+	}
 	mux.HandleFunc("GET /{$}", s.serveStatusPage)
 	if s.cfg.Profiling {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)

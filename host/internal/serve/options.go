@@ -54,6 +54,14 @@ type Config struct {
 	// Profiling serves Go's profiles under /debug/pprof/ on the metrics
 	// listener.
 	Profiling bool
+	// DebugHandlers serves /debug/snapshot (every API server's discovery)
+	// and /debug/requests (the shapes of the requests received, which
+	// `skewgate check --from-skewgate` reads) on the metrics listener, which
+	// asks nobody for credentials.
+	DebugHandlers bool
+	// RequestLogWindow is how long /debug/requests keeps a request shape
+	// after its last request.
+	RequestLogWindow time.Duration
 	// EnvoyECDSFile, when set, receives the plugin configuration of every
 	// accepted snapshot as an Envoy ECDS resource, naming EnvoyWasmPath.
 	EnvoyECDSFile, EnvoyWasmPath string
@@ -116,6 +124,7 @@ func NewConfig() Config {
 		MaxBufferedRequestBytes:          gateway.DefaultMaxBufferedRequestBytes,
 		MaxBufferedRequestBytesPerClient: gateway.DefaultMaxBufferedRequestBytesPerClient,
 		ShutdownTimeout:                  DefaultShutdownTimeout,
+		RequestLogWindow:                 gateway.DefaultRequestLogWindow,
 	}
 }
 
@@ -128,8 +137,10 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	c.ControllerOptions.AddFlags(fs)
 	c.PluginOptions.AddFlags(fs)
 	fs.StringVar(&c.LocalAPIServer, "local-apiserver", c.LocalAPIServer, "node-local mode: URL of this node's own API server, which takes every request it can serve while it is healthy")
-	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "host:port for /metrics, /healthz, /readyz, /debug/snapshot, /debug/requests and the status page (plain HTTP)")
+	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "host:port for /metrics, /healthz, /readyz, the status page and, with --debug-handlers, /debug/snapshot and /debug/requests (plain HTTP)")
 	fs.BoolVar(&c.Profiling, "profiling", c.Profiling, "serve Go's CPU, heap, allocation and goroutine profiles under /debug/pprof/ on the metrics listener")
+	fs.BoolVar(&c.DebugHandlers, DebugHandlersFlag, c.DebugHandlers, "serve /debug/snapshot (every API server's discovery) and /debug/requests (the shapes of the requests received, for skewgate check --from-skewgate) on the metrics listener, which asks nobody for credentials")
+	fs.DurationVar(&c.RequestLogWindow, "request-log-window", c.RequestLogWindow, "how long /debug/requests keeps the shape of a request after the last request of that shape")
 	fs.StringVar(&c.EnvoyECDSFile, "envoy-ecds-file", c.EnvoyECDSFile, "also write every accepted plugin configuration to this Envoy ECDS file (atomically)")
 	fs.StringVar(&c.EnvoyWasmPath, "envoy-wasm-path", c.EnvoyWasmPath, "plugin module path Envoy loads, written into the ECDS file (default: the absolute --wasm path)")
 	fs.StringVar(&c.EnvoyWasmSchemaVersion, "envoy-wasm-schema-version", c.EnvoyWasmSchemaVersion, "schema version MAJOR.MINOR the plugin module of the Envoy reading --envoy-ecds-file announces (its skewgate_schema_version_MAJOR_MINOR export), when it is another build than --wasm; the controller refuses to start when that module would refuse its configurations")
@@ -205,6 +216,9 @@ func (c *Config) validate() []error {
 		if d.value < 0 {
 			errs = append(errs, fmt.Errorf("%s %v: must not be negative", d.flag, d.value))
 		}
+	}
+	if c.RequestLogWindow <= 0 {
+		errs = append(errs, fmt.Errorf("--request-log-window %v: must be positive", c.RequestLogWindow))
 	}
 	if c.GoMemoryLimitBytes < 0 {
 		errs = append(errs, fmt.Errorf("--go-memory-limit-bytes %d: must not be negative (0: none)", c.GoMemoryLimitBytes))
