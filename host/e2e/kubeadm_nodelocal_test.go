@@ -208,6 +208,112 @@ func checkRootWithoutCapabilities(t *testing.T, pid int) {
 	}
 }
 
+// skewgateKeys are the private keys of /etc/kubernetes/pki skewgate reads: its serving key and
+// the front-proxy client key.
+var skewgateKeys = []string{"/etc/kubernetes/pki/apiserver.key", "/etc/kubernetes/pki/front-proxy-client.key"}
+
+// mountCovers reports whether mounting hostPath makes file visible: the file itself or a
+// directory above it.
+func mountCovers(hostPath, file string) bool {
+	return file == hostPath || strings.HasPrefix(file, strings.TrimSuffix(hostPath, "/")+"/")
+}
+
+// checkOnlySkewgatesKeysMounted requires that of the node's private keys (every *.key under
+// /etc/kubernetes/pki: the CA keys, the service-account key, etcd's) only skewgateKeys reach
+// skewgate's container, each file of the pki directory alone (hostPath type File) and read-only:
+// as the mirror Pod read back from the API server declares its volumes, and as the container
+// runtime mounted them (crictl inspect). The image has no shell to list files from inside.
+func checkOnlySkewgatesKeysMounted(t *testing.T, ctx context.Context, client *kubernetes.Clientset, n *kubenode.Node) {
+	t.Helper()
+	root := n.HostPath("/etc/kubernetes/pki")
+	var keys []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".key") {
+			rel, _ := filepath.Rel(root, p)
+			keys = append(keys, "/etc/kubernetes/pki/"+filepath.ToSlash(rel))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"/etc/kubernetes/pki/ca.key", "/etc/kubernetes/pki/sa.key", "/etc/kubernetes/pki/front-proxy-ca.key", "/etc/kubernetes/pki/etcd/ca.key"} {
+		if !slices.Contains(keys, want) {
+			t.Fatalf("the node has no %s among its keys %v: not the kubeadm node this test checks", want, keys)
+		}
+	}
+	visibleKeys := func(hostPaths []string) []string {
+		var out []string
+		for _, key := range keys {
+			if slices.ContainsFunc(hostPaths, func(p string) bool { return mountCovers(p, key) }) {
+				out = append(out, key)
+			}
+		}
+		return out
+	}
+
+	pod, err := client.CoreV1().Pods(metav1.NamespaceSystem).Get(ctx, "skewgate-"+n.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var declared []string
+	for _, v := range pod.Spec.Volumes {
+		if v.HostPath == nil {
+			continue
+		}
+		declared = append(declared, v.HostPath.Path)
+		if mountCovers("/etc/kubernetes/pki", v.HostPath.Path) && (v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathFile) {
+			t.Errorf("volume %s mounts %s as %v, want one file (type File)", v.Name, v.HostPath.Path, v.HostPath.Type)
+		}
+	}
+	if got := visibleKeys(declared); !slices.Equal(got, skewgateKeys) {
+		t.Errorf("the mirror Pod's hostPath volumes %v make the keys %v visible, want only %v", declared, got, skewgateKeys)
+	}
+
+	id, err := n.Run(ctx, "crictl", "ps", "-q", "--name", "skewgate")
+	if err != nil || len(bytes.Fields(id)) != 1 {
+		t.Fatalf("skewgate's container: %q (%v)", id, err)
+	}
+	out, err := n.Run(ctx, "crictl", "inspect", string(bytes.TrimSpace(id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inspected struct {
+		Status struct {
+			Mounts []struct {
+				ContainerPath string `json:"containerPath"`
+				HostPath      string `json:"hostPath"`
+				Readonly      bool   `json:"readonly"`
+			} `json:"mounts"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(out, &inspected); err != nil || len(inspected.Status.Mounts) == 0 {
+		t.Fatalf("crictl inspect: no mounts read (%v):\n%.2000s", err, out)
+	}
+	var mounted []string
+	for _, m := range inspected.Status.Mounts {
+		mounted = append(mounted, m.HostPath)
+		if mountCovers("/etc/kubernetes/pki", m.HostPath) && (!m.Readonly || m.ContainerPath != m.HostPath) {
+			t.Errorf("the runtime mounted %s at %s, read-only %v; want it read-only at the same path", m.HostPath, m.ContainerPath, m.Readonly)
+		}
+	}
+	if got := visibleKeys(mounted); !slices.Equal(got, skewgateKeys) {
+		t.Errorf("the container's mounts %v make the keys %v visible, want only %v", mounted, got, skewgateKeys)
+	}
+}
+
+// checkDebugHandlersOff requires the manifest's metrics listener to answer the debug
+// endpoints 404: every process of the node reaches it, hostNetwork Pods included.
+func checkDebugHandlersOff(t *testing.T, ctx context.Context, n *kubenode.Node) {
+	t.Helper()
+	for _, path := range []string{"/debug/snapshot", "/debug/requests"} {
+		code, err := n.Run(ctx, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "http://127.0.0.1:16444"+path)
+		if err != nil || string(code) != "404" {
+			t.Errorf("GET %s on the node: %q (%v), want 404 without --debug-handlers", path, code, err)
+		}
+	}
+}
+
 // whoAmIThrough asks for a SelfSubjectReview with one of the node's kubeconfigs, through
 // whatever server it names, and returns the user name the API server saw.
 func whoAmIThrough(t *testing.T, ctx context.Context, n *kubenode.Node, kubeconfig string) string {
@@ -400,6 +506,8 @@ func TestKubeadmNodeLocalSkewgateInstalledAndRemovedAsTheREADMESays(t *testing.T
 		t.Errorf("the kubelet pulled skewgate's image: %s", events.Items[0].Message)
 	}
 	checkRootWithoutCapabilities(t, skewgateProcess(t, n).PID)
+	checkOnlySkewgatesKeysMounted(t, ctx, client, n)
+	checkDebugHandlersOff(t, ctx, n)
 
 	// The components are at skewgate, and the API server sees them as themselves.
 	componentsConnectedThroughSkewgate(t, ctx, n)
