@@ -206,6 +206,8 @@ func (n *kubeadmNode) manifestCommand(t *testing.T, gatewayPort, metricsPort int
 		}
 		argv = append(argv, name+"="+value)
 	}
+	// The scenarios read the snapshot, which the manifest does not serve.
+	argv = append(argv, "--debug-handlers")
 	// The test servers share 127.0.0.1 and announce no endpoints, so the controller cannot
 	// discover the peers from the cluster as it does on kubeadm nodes; they are listed instead.
 	for _, s := range n.cluster.Servers() {

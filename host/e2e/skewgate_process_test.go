@@ -115,6 +115,8 @@ func startSkewgate(t *testing.T, cluster *testcluster.Cluster, cfg gatewayConfig
 		"--compilation-cache-dir=" + skewgateBuild.compileCache,
 		"--poll-interval=" + gatewayPollInterval.String(),
 		"--shutdown-timeout=2s",
+		// The scenarios read /debug/snapshot, and check reads /debug/requests.
+		"--debug-handlers",
 	}
 	for _, s := range cluster.Servers() {
 		args = append(args, "--apiserver="+s.URL)

@@ -76,7 +76,7 @@ var All = []*Metric{
 
 	&GatewayRequests, &GatewayRequestDuration, &GatewayUpstreamErrors, &GatewayRetries, &GatewayPluginFailures,
 	&GatewayRejectedRequests, &GatewayUnbufferedRequestBodies, &GatewayRequestsInFlight, &GatewayBackendInFlight,
-	&GatewayBufferedRequestBytes,
+	&GatewayBufferedRequestBytes, &GatewayRefusedConnections, &GatewayOpenConnections,
 
 	&WasmTraps, &WasmInstanceRecreations, &WasmInstanceRecreationFailures, &WasmCrashLoopBackoffs,
 	&WasmConfigurationsApplied, &WasmFailedRequests, &WasmPoolWaits, &WasmPoolWaitSeconds, &WasmPoolTimeouts,
@@ -154,14 +154,21 @@ var (
 		Help: "Requests the plugin failed on, answered by the failure policy; those no plugin VM became free for are rejected requests (plugin_busy) instead."}
 	GatewayRejectedRequests = Metric{Name: "skewgate_gateway_rejected_requests_total", Type: Counter, Exporter: Gateway, Labels: []string{"reason"},
 		Help: "Requests answered 429 by the gateway's own limits: max_requests_inflight, max_mutating_requests_inflight, " +
+			"max_long_running_requests, max_long_running_requests_per_client, " +
 			"or plugin_busy (no plugin VM became free while the request could queue)."}
 	GatewayUnbufferedRequestBodies = Metric{Name: "skewgate_gateway_unbuffered_request_bodies_total", Type: Counter, Exporter: Gateway, Labels: []string{"reason"},
 		Help: "Request bodies small enough to buffer for a retry that streamed instead, because the buffer budget " +
 			"(budget) or the client's share of it (client_share) was taken; their requests are not retried."}
 	GatewayRequestsInFlight = Metric{Name: "skewgate_gateway_requests_in_flight", Type: Gauge, Exporter: Gateway, Labels: []string{"request_kind"},
-		Help: "Requests that are not long-running being served, by kind (readOnly, mutating), as --max-requests-inflight and --max-mutating-requests-inflight count them."}
+		Help: "Requests being served, by kind: readOnly and mutating (not long-running), as --max-requests-inflight and --max-mutating-requests-inflight count them, " +
+			"and longRunning, as --max-long-running-requests counts them."}
 	GatewayBackendInFlight = Metric{Name: "skewgate_gateway_backend_in_flight", Type: Gauge, Exporter: Gateway, Labels: []string{"backend"},
 		Help: "Requests being proxied to each API server, open watches and upgraded connections included."}
+	GatewayRefusedConnections = Metric{Name: "skewgate_gateway_refused_connections_total", Type: Counter, Exporter: Gateway, Labels: []string{"reason"},
+		Help: "Client connections closed as soon as they were accepted because the gateway held as many as it may: " +
+			"max_connections (in all) or max_connections_per_client (from the connection's source address)."}
+	GatewayOpenConnections = Metric{Name: "skewgate_gateway_open_connections", Type: Gauge, Exporter: Gateway,
+		Help: "Client connections open, as --max-connections counts them."}
 	GatewayBufferedRequestBytes = Metric{Name: "skewgate_gateway_buffered_request_bytes", Type: Gauge, Exporter: Gateway,
 		Help: "Bytes of request bodies held for retries, as --max-buffered-request-bytes counts them."}
 )

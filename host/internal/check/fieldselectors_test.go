@@ -16,7 +16,7 @@ import (
 // fakeSkewgate serves the record of a request log after the given requests
 // went through it, as skewgate serve's metrics listener does.
 func fakeSkewgate(t *testing.T, requests ...[2]string) string {
-	l := gateway.NewRequestLog(0)
+	l := gateway.NewRequestLog(0, 0)
 	for _, r := range requests {
 		req := httptest.NewRequest("GET", "https://gateway.example"+r[0], nil)
 		req.Header.Set("User-Agent", r[1])

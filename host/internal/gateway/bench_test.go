@@ -48,7 +48,7 @@ func BenchmarkGatewayRequest(b *testing.B) {
 // of request shapes skewgate serve keeps (for skewgate check): its cost is the
 // difference.
 func BenchmarkGatewayRequestRecorded(b *testing.B) {
-	h := newHarness(b, harnessConfig{handler: fastBackend, options: func(o *Options) { o.Requests = NewRequestLog(0) }})
+	h := newHarness(b, harnessConfig{handler: fastBackend, options: func(o *Options) { o.Requests = NewRequestLog(0, 0) }})
 	benchmarkGet(b, h.client(nil, true), h.front.URL+commonPods)
 }
 

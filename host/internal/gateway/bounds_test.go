@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/host/internal/hostileclient"
 	"github.com/skewgate/skewgate/host/internal/wasmhost"
 )
 
@@ -75,18 +74,18 @@ func TestBufferedBodiesStayWithinTheBudgetAndEachClientsShare(t *testing.T) {
 	// Each request either takes its bytes from the budget or reaches the
 	// API server without its body; one at a time, so the order is known.
 	for _, client := range []string{"192.0.2.1", "192.0.2.1", "192.0.2.1", "192.0.2.1", "192.0.2.2", "192.0.2.2", "192.0.2.2", "192.0.2.3"} {
-		held, reached := h.gw.bodies.bytesHeld(), arrived.Load()
+		held, reached := h.gw.bodies.inUse(), arrived.Load()
 		requests = append(requests, startStalled(h, client, size))
 		waitUntil(t, "the request to be buffered or forwarded", func() bool {
-			return h.gw.bodies.bytesHeld() != held || arrived.Load() != reached
+			return h.gw.bodies.inUse() != held || arrived.Load() != reached
 		})
-		if held := h.gw.bodies.bytesHeld(); held > 4*size {
+		if held := h.gw.bodies.inUse(); held > 4*size {
 			t.Fatalf("%d bytes buffered, more than the budget", held)
 		}
 	}
 	// 192.0.2.1 buffers two and streams two (its share), 192.0.2.2 buffers
 	// two (the rest of the budget) and streams one, 192.0.2.3 streams.
-	if held, reached := h.gw.bodies.bytesHeld(), arrived.Load(); held != 4*size || reached != 4 {
+	if held, reached := h.gw.bodies.inUse(), arrived.Load(); held != 4*size || reached != 4 {
 		t.Errorf("%d bytes buffered and %d requests forwarded without their body; want %d and 4", held, reached, 4*size)
 	}
 	m := scrape(t, h)
@@ -110,7 +109,7 @@ func TestBufferedBodiesStayWithinTheBudgetAndEachClientsShare(t *testing.T) {
 			t.Errorf("request %d: status %d, the API server got %d bytes of body", i, w.Code, len(decodeEcho(t, w.Body.Bytes()).Body))
 		}
 	}
-	if held := h.gw.bodies.bytesHeld(); held != 0 {
+	if held := h.gw.bodies.inUse(); held != 0 {
 		t.Errorf("%d bytes still held once every request finished", held)
 	}
 }
@@ -128,7 +127,7 @@ func TestLongRunningRequestBodyMustArriveWithinTheRequestTimeout(t *testing.T) {
 			if status := sendStalledBody(t, h, h.client(nil, http2), http2, proxy, 20*timeout); status != http.StatusGatewayTimeout {
 				t.Errorf("status %d; want 504", status)
 			}
-			waitUntil(t, "the buffered bytes to be released", func() bool { return h.gw.bodies.bytesHeld() == 0 })
+			waitUntil(t, "the buffered bytes to be released", func() bool { return h.gw.bodies.inUse() == 0 })
 		})
 	}
 }
@@ -299,27 +298,6 @@ func TestRequestClassIsKubeAPIServers(t *testing.T) {
 	}
 }
 
-// rawHTTP1 sends a request by hand and returns the answer's status, or an
-// error when none came within wait.
-func rawHTTP1(h *harness, request string, wait time.Duration) (int, error) {
-	cfg := &tls.Config{RootCAs: h.peerCA.Pool(), NextProtos: []string{"http/1.1"}}
-	conn, err := tls.Dial("tcp", strings.TrimPrefix(h.front.URL, "https://"), cfg)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(wait))
-	if _, err := io.WriteString(conn, request); err != nil {
-		return 0, err
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		return 0, err
-	}
-	resp.Body.Close()
-	return resp.StatusCode, nil
-}
-
 // TestLocalAnswerDoesNotWaitForAStalledBody: a request answered before its
 // body is read (here, the in-flight limit) is answered at once, not once the
 // client sends the rest, and a client waiting for 100 Continue is not asked
@@ -335,7 +313,7 @@ func TestLocalAnswerDoesNotWaitForAStalledBody(t *testing.T) {
 	t.Cleanup(func() { close(hold) })
 	holding.Add(1)
 	go func() {
-		_, _ = rawHTTP1(h, "DELETE "+commonPods+"/web HTTP/1.1\r\nHost: kube\r\nX-Hold: 1\r\n\r\n", 10*time.Second)
+		_, _ = hostileclient.HTTP1(h.address(), h.anonymousTLS(), "DELETE "+commonPods+"/web HTTP/1.1\r\nHost: kube\r\nX-Hold: 1\r\n\r\n", 10*time.Second)
 	}()
 	holding.Wait()
 	for name, request := range map[string]string{
@@ -344,7 +322,7 @@ func TestLocalAnswerDoesNotWaitForAStalledBody(t *testing.T) {
 	} {
 		// The first answer must be the final one: no 100 Continue asking for
 		// a body that will not be read.
-		code, err := rawHTTP1(h, request, 5*time.Second)
+		code, err := hostileclient.HTTP1(h.address(), h.anonymousTLS(), request, 5*time.Second)
 		if err != nil || code != http.StatusTooManyRequests {
 			t.Errorf("%s: status %d, %v; want 429 at once, not once the body arrived", name, code, err)
 		}
@@ -358,7 +336,7 @@ func TestLocalAnswerDoesNotWaitForAStalledBody(t *testing.T) {
 func TestStalledBufferedBodiesTakeNoInFlightPlace(t *testing.T) {
 	h := newHarness(t, harnessConfig{servers: retryServers(), plugin: routeTo("kube-a"), options: func(o *Options) { o.MaxMutatingRequestsInFlight = 1 }})
 	stalled := startStalled(h, "192.0.2.1", 1<<10)
-	waitUntil(t, "the stalled body to be buffered", func() bool { return h.gw.bodies.bytesHeld() == 1<<10 })
+	waitUntil(t, "the stalled body to be buffered", func() bool { return h.gw.bodies.inUse() == 1<<10 })
 	if resp, body := do(t, h.client(nil, true), "POST", h.front.URL+widgets, nil, strings.NewReader(`{"kind":"Widget"}`)); resp.StatusCode != http.StatusOK {
 		t.Errorf("a write while another client stalls its body: %d %s", resp.StatusCode, body)
 	}

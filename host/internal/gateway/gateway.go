@@ -48,6 +48,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/http/httpguts"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -103,6 +104,11 @@ type Options struct {
 	// without response headers by then it is answered 504. Default
 	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// StalledStreamTimeout ends a long-running response (watch, log, exec,
+	// attach, port-forward) whose client has taken none of the bytes written
+	// to it for this long; a quiet stream with nothing to write is never
+	// ended by it. Default DefaultStalledStreamTimeout.
+	StalledStreamTimeout time.Duration
 	// MaxRequestHeaders is the most header fields a request may carry; more
 	// are answered 431 before the plugin runs. Default DefaultMaxRequestHeaders.
 	MaxRequestHeaders int
@@ -113,6 +119,15 @@ type Options struct {
 	// counts from when its buffered body is in hand until its answer ends.
 	// Zero: no limit.
 	MaxRequestsInFlight, MaxMutatingRequestsInFlight int
+	// MaxLongRunningRequests bounds the long-running requests (watch, log,
+	// exec, attach, port-forward, proxy) being served at once, and
+	// MaxLongRunningRequestsPerClient those of one source address; a request
+	// beyond either is answered 429 with Retry-After. Zero: no limit.
+	MaxLongRunningRequests, MaxLongRunningRequestsPerClient int
+	// MaxConnections bounds the client connections open at once, and
+	// MaxConnectionsPerClient those of one source address, where Listener
+	// accepts them. Zero: no limit.
+	MaxConnections, MaxConnectionsPerClient int
 	// MaxBufferedRequestBytes bounds the request bodies held in memory so
 	// that their requests can be sent again; MaxBufferedRequestBytesPerClient
 	// bounds those of one source address. A body beyond either streams, and
@@ -151,11 +166,15 @@ func (o Options) complete() (Options, error) {
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = DefaultRequestTimeout
 	}
+	if o.StalledStreamTimeout <= 0 {
+		o.StalledStreamTimeout = DefaultStalledStreamTimeout
+	}
 	if o.MaxRequestHeaders <= 0 {
 		o.MaxRequestHeaders = DefaultMaxRequestHeaders
 	}
-	if o.MaxRequestsInFlight < 0 || o.MaxMutatingRequestsInFlight < 0 {
-		return o, errors.New("gateway: in-flight limits must not be negative")
+	if o.MaxRequestsInFlight < 0 || o.MaxMutatingRequestsInFlight < 0 || o.MaxLongRunningRequests < 0 ||
+		o.MaxLongRunningRequestsPerClient < 0 || o.MaxConnections < 0 || o.MaxConnectionsPerClient < 0 {
+		return o, errors.New("gateway: request and connection limits must not be negative")
 	}
 	if o.MaxBufferedRequestBytes <= 0 {
 		o.MaxBufferedRequestBytes = DefaultMaxBufferedRequestBytes
@@ -180,7 +199,8 @@ type Gateway struct {
 	sessions   sessions
 
 	readOnly, mutating inFlightLimit
-	bodies             *bodyBudget
+	// bodies, longRunning and connections bound what clients hold (limits.go).
+	bodies, longRunning, connections *clientShares
 
 	applyMu    sync.Mutex
 	state      atomic.Pointer[state]
@@ -285,9 +305,15 @@ func New(opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{opts: o, log: o.Logger, metrics: newMetrics(), bodies: newBodyBudget(o.MaxBufferedRequestBytes, o.MaxBufferedRequestBytesPerClient)}
+	g := &Gateway{
+		opts: o, log: o.Logger, metrics: newMetrics(),
+		bodies:      newClientShares(o.MaxBufferedRequestBytes, o.MaxBufferedRequestBytesPerClient, unbufferedBudget, unbufferedClientShare),
+		longRunning: newClientShares(int64(o.MaxLongRunningRequests), int64(o.MaxLongRunningRequestsPerClient), overMaxLongRunning, overMaxLongRunningPerClient),
+		connections: newClientShares(int64(o.MaxConnections), int64(o.MaxConnectionsPerClient), overMaxConnections, overMaxConnectionsPerClient),
+	}
 	g.readOnly.limit, g.mutating.limit = int64(o.MaxRequestsInFlight), int64(o.MaxMutatingRequestsInFlight)
 	g.transports = newTransportSource(o)
+	g.sessions.stallTimeout = o.StalledStreamTimeout
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:       g.rewrite,
 		Transport:     &backendTransport{g},
@@ -447,13 +473,25 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
 	rec := &statusRecorder{ResponseWriter: w, sessions: &g.sessions}
 	verdict := verdictNone
-	defer func() { g.metrics.request(verdict, rec, arrived) }()
-	if r.ContentLength != 0 && r.ProtoMajor == 1 {
-		rec.body = &trackedBody{ReadCloser: r.Body}
-		r.Body = rec.body
+	defer func() {
+		g.metrics.request(verdict, rec, arrived)
+		if g.opts.Requests != nil {
+			// Once answered: only an API server's answer says the request
+			// was authenticated and authorized (RequestLog).
+			status := rec.status
+			if rec.hijacked {
+				status = http.StatusSwitchingProtocols
+			}
+			g.opts.Requests.RecordAnswered(r, status)
+		}
+	}()
+	defer rec.endWrites()
+	if r.ProtoMajor == 1 {
+		clearConnectionWriteDeadline(w)
 	}
-	if g.opts.Requests != nil {
-		g.opts.Requests.Record(r)
+	if r.ContentLength != 0 {
+		rec.body = &trackedBody{ReadCloser: r.Body, http1: r.ProtoMajor == 1}
+		r.Body = rec.body
 	}
 
 	s := g.state.Load()
@@ -469,6 +507,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Reason:  metav1.StatusReasonBadRequest,
 			Message: fmt.Sprintf("Request Header Fields Too Large: the request has %d header fields, at most %d are allowed", n, g.opts.MaxRequestHeaders),
 		})
+		return
+	}
+	if !httpguts.ValidHostHeader(r.Host) {
+		// Envoy's codec refuses an invalid authority before any filter runs.
+		writeStatus(rec, &apierrors.NewBadRequest("the request's authority (Host) is not a valid host").ErrStatus)
 		return
 	}
 	req, err := pluginRequest(r)
@@ -531,6 +574,7 @@ func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers 
 		headers:    headers,
 		upgrade:    upgradeType(r.Header),
 		replayable: r.ContentLength == 0,
+		body:       w.body,
 	}
 	target := (*backend)(nil)
 	if cluster, ok := header(headers, g.opts.RoutingHeader); ok {
@@ -554,7 +598,16 @@ func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers 
 			}
 		}
 	}
-	if !class.LongRunning {
+	if class.LongRunning {
+		client := peerIP(r.RemoteAddr)
+		if ok, why := g.longRunning.reserve(client, 1); !ok {
+			g.metrics.rejected.WithLabelValues(why).Inc()
+			g.writeTooManyRequests(w, "Too many requests: the gateway is serving as many long-running requests (watches, logs, exec sessions) "+
+				longRunningScope[why]+" as it may at once, please try again later.")
+			return
+		}
+		defer g.longRunning.release(client, 1)
+	} else {
 		// Counted from here, once a buffered body is in hand: its wait is
 		// bounded by the buffer budget and the client's share, so a client
 		// stalling its bodies cannot take the places of others.
@@ -579,9 +632,18 @@ func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers 
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadlineCause(ctx, arrived.Add(g.opts.RequestTimeout), errRequestTimeout)
 		defer cancel()
+		// Deferred after cancel, so run before it: the normal end of the
+		// request does not count as its time running out.
+		stop := w.giveUpAtTimeout(ctx)
+		defer stop()
+	} else {
+		w.watchForStalls(g.opts.StalledStreamTimeout)
 	}
 	g.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
+
+// longRunningScope says which bound of long-running requests was reached.
+var longRunningScope = map[string]string{overMaxLongRunning: "in all", overMaxLongRunningPerClient: "for this client address"}
 
 // bufferBody reads a small body whole, so that the request can be sent again
 // if it provably never reached a server; false means the request was
@@ -652,6 +714,7 @@ func (g *Gateway) writeLocalResponse(w *statusRecorder, r *http.Request, out was
 		h.Add(kv[0], kv[1])
 	}
 	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(g.opts.RequestTimeout))
 	w.WriteHeader(int(resp.Status))
 	if len(resp.Body) > 0 && r.Method != http.MethodHead {
 		_, _ = w.Write(resp.Body)
@@ -666,6 +729,7 @@ func (g *Gateway) writeUnavailable(w http.ResponseWriter, message string) {
 	h.Set("Retry-After", strconv.Itoa(g.opts.RetryAfterSeconds))
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
+	boundAnswer(w)
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = w.Write(body)
 }
@@ -684,6 +748,7 @@ func writeStatus(w http.ResponseWriter, st *metav1.Status) {
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
+	boundAnswer(w)
 	w.WriteHeader(int(st.Code))
 	_, _ = w.Write(body)
 }
@@ -708,6 +773,18 @@ func (g *Gateway) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 		if rec, ok := w.(*statusRecorder); ok {
 			rec.clientGone = true
 		}
+		return
+	}
+	var invalid *invalidOutboundError
+	var bodyErr *clientBodyError
+	switch {
+	case errors.As(err, &invalid):
+		writeStatus(w, &apierrors.NewBadRequest(invalid.why).ErrStatus)
+		return
+	case errors.As(err, &bodyErr):
+		g.log.Info("the client's request body broke off while it was sent to the API server", "cluster", cluster,
+			"method", ex.inbound.Method, "path", ex.inbound.URL.Path, "error", err)
+		writeStatus(w, &apierrors.NewBadRequest("the request body could not be read to its end").ErrStatus)
 		return
 	}
 	// The cause (addresses, certificate details) stays in the log.

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -44,46 +45,56 @@ func (l *inFlightLimit) acquire() bool {
 
 func (l *inFlightLimit) release() { l.n.Add(-1) }
 
-// bodyBudget bounds the request bodies held in memory for retries: all of
-// them together, and those of one client, which is the connection's source
-// address, the only one the gateway knows to be true. A client behind a
-// shared proxy address gets one share for all of them; what it loses is only
-// that more of its bodies stream without a retry.
-type bodyBudget struct {
+// Defaults of the bounds on long-running requests and connections, sized
+// for a 5,000-node cluster whose kubelets and kube-proxies all come through
+// one gateway: a node's kubelet holds about 10 watches of its own and one per
+// ConfigMap and Secret its Pods mount, kube-proxy 3, a CNI agent a few (about
+// 30 a node in all, 150,000 for the cluster), on 3 to 5 HTTP/2 connections a
+// node (20,000). A single address gets room for a node with 110 Pods each
+// mounting several objects, and for the control-plane components of a node
+// that reach a node-local gateway from loopback.
+const (
+	DefaultMaxLongRunningRequests          = 200_000
+	DefaultMaxLongRunningRequestsPerClient = 1_000
+	DefaultMaxConnections                  = 30_000
+	DefaultMaxConnectionsPerClient         = 200
+)
+
+// clientShares bounds what is held in all and for each client, which is the
+// connection's source address, the only one the gateway knows to be true. A
+// client behind a shared proxy address gets one share for all of them. A
+// bound of 0 is no bound.
+type clientShares struct {
 	total, perClient int64
+	// overTotal and overShare say why a reservation was refused; they label
+	// the metric that counts refusals.
+	overTotal, overShare string
 
 	mu       sync.Mutex
 	held     int64
 	byClient map[string]int64
 }
 
-// Why a body is streamed instead of buffered; the values label
-// skewgate_gateway_unbuffered_request_bodies_total.
-const (
-	unbufferedBudget      = "budget"
-	unbufferedClientShare = "client_share"
-)
-
-func newBodyBudget(total, perClient int64) *bodyBudget {
-	return &bodyBudget{total: total, perClient: perClient, byClient: map[string]int64{}}
+func newClientShares(total, perClient int64, overTotal, overShare string) *clientShares {
+	return &clientShares{total: total, perClient: perClient, overTotal: overTotal, overShare: overShare, byClient: map[string]int64{}}
 }
 
-// reserve takes n bytes for client, or says why it cannot.
-func (b *bodyBudget) reserve(client string, n int64) (ok bool, why string) {
+// reserve takes n for client, or says why it cannot.
+func (b *clientShares) reserve(client string, n int64) (ok bool, why string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
-	case b.byClient[client]+n > b.perClient:
-		return false, unbufferedClientShare
-	case b.held+n > b.total:
-		return false, unbufferedBudget
+	case b.perClient > 0 && b.byClient[client]+n > b.perClient:
+		return false, b.overShare
+	case b.total > 0 && b.held+n > b.total:
+		return false, b.overTotal
 	}
 	b.held += n
 	b.byClient[client] += n
 	return true, ""
 }
 
-func (b *bodyBudget) release(client string, n int64) {
+func (b *clientShares) release(client string, n int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.held -= n
@@ -94,10 +105,65 @@ func (b *bodyBudget) release(client string, n int64) {
 	}
 }
 
-func (b *bodyBudget) bytesHeld() int64 {
+func (b *clientShares) inUse() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.held
+}
+
+// Why a body is streamed instead of buffered, a long-running request
+// refused, a connection closed at once; the values label
+// skewgate_gateway_unbuffered_request_bodies_total,
+// skewgate_gateway_rejected_requests_total and
+// skewgate_gateway_refused_connections_total.
+const (
+	unbufferedBudget            = "budget"
+	unbufferedClientShare       = "client_share"
+	overMaxLongRunning          = "max_long_running_requests"
+	overMaxLongRunningPerClient = "max_long_running_requests_per_client"
+	overMaxConnections          = "max_connections"
+	overMaxConnectionsPerClient = "max_connections_per_client"
+)
+
+// Listener accepts the gateway's client connections within the connection
+// bounds (Options.MaxConnections and MaxConnectionsPerClient): a connection
+// beyond them is closed as soon as it is accepted, before its TLS handshake,
+// and counted. It never holds a connection it will not serve.
+func (g *Gateway) Listener(l net.Listener) net.Listener {
+	return &boundedListener{Listener: l, g: g}
+}
+
+type boundedListener struct {
+	net.Listener
+	g *Gateway
+}
+
+func (l *boundedListener) Accept() (net.Conn, error) {
+	for {
+		conn, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		client := peerIP(conn.RemoteAddr().String())
+		if ok, why := l.g.connections.reserve(client, 1); !ok {
+			l.g.metrics.refusedConnections.WithLabelValues(why).Inc()
+			_ = conn.Close()
+			continue
+		}
+		return &boundedConn{Conn: conn, release: func() { l.g.connections.release(client, 1) }}, nil
+	}
+}
+
+// boundedConn gives its place back once, when closed.
+type boundedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *boundedConn) Close() error {
+	c.once.Do(c.release)
+	return c.Conn.Close()
 }
 
 // writeTooManyRequests answers 429 with Retry-After, as kube-apiserver's

@@ -2,14 +2,19 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/skewgate/skewgate/host/internal/wasmhost"
 )
@@ -132,5 +137,152 @@ func TestInvalidConnectionNominationIsRefusedBeforeThePlugin(t *testing.T) {
 	}
 	if n := calls.Load(); n != 0 {
 		t.Errorf("the plugin ran %d times", n)
+	}
+}
+
+// dialFrom is an HTTP/2 client of the gateway whose connections come from
+// the loopback address source, so that tests can be several clients.
+func dialFrom(h *harness, source string) *http.Client {
+	transport := &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: h.peerCA.Pool()},
+		ForceAttemptHTTP2: true,
+		DialContext:       (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(source)}}).DialContext,
+	}
+	h.t.Cleanup(transport.CloseIdleConnections)
+	return &http.Client{Transport: transport}
+}
+
+// Watches, logs and exec sessions count against no in-flight limit, so one
+// client could hold any number: beyond its share, or beyond the gateway's
+// total, a long-running request is answered 429 with Retry-After.
+func TestLongRunningRequestsBeyondTheirBoundsAreAnswered429(t *testing.T) {
+	h := newHarness(t, harnessConfig{handler: streamingBackend, options: func(o *Options) {
+		o.MaxLongRunningRequests, o.MaxLongRunningRequestsPerClient = 5, 3
+	}})
+	quietWatch := h.front.URL + commonPods + "?watch=1&quiet=1"
+	open := func(client *http.Client) (int, func()) {
+		resp, err := client.Get(quietWatch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+		}
+		return resp.StatusCode, func() { resp.Body.Close() }
+	}
+	first, second := dialFrom(h, "127.0.0.1"), dialFrom(h, "127.0.0.2")
+	var held []func()
+	for _, tc := range []struct {
+		client *http.Client
+		want   int
+	}{
+		{first, 200}, {first, 200}, {first, 200},
+		{first, 429}, // beyond the client's share
+		{second, 200}, {second, 200},
+		{second, 429}, // beyond the total
+	} {
+		code, closeBody := open(tc.client)
+		if code != tc.want {
+			t.Fatalf("watch %d: status %d, want %d", len(held)+1, code, tc.want)
+		}
+		if code == http.StatusOK {
+			held = append(held, closeBody)
+		}
+	}
+	resp, body := do(t, second, "GET", quietWatch, nil, nil)
+	var s status
+	if err := json.Unmarshal(body, &s); err != nil || s.Reason != "TooManyRequests" || resp.Header.Get("Retry-After") != "7" {
+		t.Errorf("the refusal: Retry-After %q, %s; want a TooManyRequests Status with Retry-After", resp.Header.Get("Retry-After"), body)
+	}
+	held[0]()
+	waitUntil(t, "the closed watch's place to be free", func() bool { return h.gw.longRunning.inUse() == 4 })
+	if code, closeBody := open(second); code != http.StatusOK {
+		t.Errorf("once a place is free: %d, want 200", code)
+	} else {
+		closeBody()
+	}
+	m := scrape(t, h)
+	for _, want := range []string{
+		`skewgate_gateway_rejected_requests_total{reason="max_long_running_requests"} 2`,
+		`skewgate_gateway_rejected_requests_total{reason="max_long_running_requests_per_client"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	for _, closeBody := range held[1:] {
+		closeBody()
+	}
+}
+
+// Connections beyond a client's share, or beyond the total, are closed as
+// soon as they are accepted; a closed one gives its place back.
+func TestConnectionsBeyondTheirBoundsAreClosedAtOnce(t *testing.T) {
+	g, err := New(Options{Plugin: routeTo(""), PeerRootCAs: mustCA(t, "peer-ca").Pool(), Logger: quietLogger, MaxConnections: 3, MaxConnectionsPerClient: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := g.Listener(raw)
+	defer l.Close()
+	accepted := make(chan net.Conn, 8)
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- conn
+		}
+	}()
+	dial := func(source string) net.Conn {
+		t.Helper()
+		conn, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(source)}}).Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	// closedAtOnce reports whether the gateway closed conn without serving it.
+	closedAtOnce := func(conn net.Conn) bool {
+		_ = conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		_, err := conn.Read(make([]byte, 1))
+		return err == io.EOF || errors.Is(err, syscall.ECONNRESET)
+	}
+	a1, a2, a3 := dial("127.0.0.1"), dial("127.0.0.1"), dial("127.0.0.1")
+	b1, b2 := dial("127.0.0.2"), dial("127.0.0.2")
+	for _, tc := range []struct {
+		name   string
+		conn   net.Conn
+		closed bool
+	}{
+		{"first of 127.0.0.1", a1, false},
+		{"second of 127.0.0.1", a2, false},
+		{"third of 127.0.0.1, beyond its share", a3, true},
+		{"first of 127.0.0.2", b1, false},
+		{"second of 127.0.0.2, beyond the total", b2, true},
+	} {
+		if got := closedAtOnce(tc.conn); got != tc.closed {
+			t.Errorf("%s: closed at once = %v, want %v", tc.name, got, tc.closed)
+		}
+	}
+	(<-accepted).Close()
+	waitUntil(t, "the closed connection's place to be free", func() bool { return g.connections.inUse() == 2 })
+	if closedAtOnce(dial("127.0.0.2")) {
+		t.Error("a connection once a place is free was closed")
+	}
+	m := exposition(t, g)
+	for _, want := range []string{
+		`skewgate_gateway_refused_connections_total{reason="max_connections"} 1`,
+		`skewgate_gateway_refused_connections_total{reason="max_connections_per_client"} 1`,
+		`skewgate_gateway_open_connections 3`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s:\n%s", want, m)
+		}
 	}
 }

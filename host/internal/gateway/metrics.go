@@ -33,10 +33,12 @@ type metrics struct {
 	inFlight       *prometheus.Desc
 	// rejected counts requests answered 429 by the gateway's own limits,
 	// unbufferedBodies bodies streamed because the buffer budget refused them.
-	rejected         *prometheus.CounterVec
-	unbufferedBodies *prometheus.CounterVec
-	requestsInFlight *prometheus.Desc
-	bufferedBytes    *prometheus.Desc
+	rejected           *prometheus.CounterVec
+	unbufferedBodies   *prometheus.CounterVec
+	refusedConnections *prometheus.CounterVec
+	openConnections    *prometheus.Desc
+	requestsInFlight   *prometheus.Desc
+	bufferedBytes      *prometheus.Desc
 
 	byVerdict [verdictNone + 1]verdictSeries
 
@@ -60,15 +62,17 @@ func newMetrics() *metrics {
 		requests: promdef.CounterVec(&metricdef.GatewayRequests),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: duration.Name, Help: duration.Help, Buckets: duration.Buckets},
 			duration.Labels),
-		upstreamErrors:   promdef.CounterVec(&metricdef.GatewayUpstreamErrors),
-		retries:          promdef.Counter(&metricdef.GatewayRetries),
-		pluginFailures:   promdef.Counter(&metricdef.GatewayPluginFailures),
-		inFlight:         promdef.Desc(&metricdef.GatewayBackendInFlight),
-		rejected:         promdef.CounterVec(&metricdef.GatewayRejectedRequests),
-		unbufferedBodies: promdef.CounterVec(&metricdef.GatewayUnbufferedRequestBodies),
-		requestsInFlight: promdef.Desc(&metricdef.GatewayRequestsInFlight),
-		bufferedBytes:    promdef.Desc(&metricdef.GatewayBufferedRequestBytes),
-		upstreams:        map[string]bool{},
+		upstreamErrors:     promdef.CounterVec(&metricdef.GatewayUpstreamErrors),
+		retries:            promdef.Counter(&metricdef.GatewayRetries),
+		pluginFailures:     promdef.Counter(&metricdef.GatewayPluginFailures),
+		inFlight:           promdef.Desc(&metricdef.GatewayBackendInFlight),
+		rejected:           promdef.CounterVec(&metricdef.GatewayRejectedRequests),
+		unbufferedBodies:   promdef.CounterVec(&metricdef.GatewayUnbufferedRequestBodies),
+		refusedConnections: promdef.CounterVec(&metricdef.GatewayRefusedConnections),
+		openConnections:    promdef.Desc(&metricdef.GatewayOpenConnections),
+		requestsInFlight:   promdef.Desc(&metricdef.GatewayRequestsInFlight),
+		bufferedBytes:      promdef.Desc(&metricdef.GatewayBufferedRequestBytes),
+		upstreams:          map[string]bool{},
 	}
 	for v := range m.byVerdict {
 		s := &m.byVerdict[v]
@@ -135,7 +139,7 @@ func (m *metrics) forgetUpstreams(s *state) {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.duration, m.upstreamErrors, m.retries, m.pluginFailures, m.rejected, m.unbufferedBodies}
+	return []prometheus.Collector{m.requests, m.duration, m.upstreamErrors, m.retries, m.pluginFailures, m.rejected, m.unbufferedBodies, m.refusedConnections}
 }
 
 // Describe and Collect make the Gateway the prometheus.Collector of its
@@ -147,6 +151,7 @@ func (g *Gateway) Describe(ch chan<- *prometheus.Desc) {
 	ch <- g.metrics.inFlight
 	ch <- g.metrics.requestsInFlight
 	ch <- g.metrics.bufferedBytes
+	ch <- g.metrics.openConnections
 }
 
 func (g *Gateway) Collect(ch chan<- prometheus.Metric) {
@@ -155,7 +160,9 @@ func (g *Gateway) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(g.metrics.requestsInFlight, prometheus.GaugeValue, float64(g.readOnly.n.Load()), "readOnly")
 	ch <- prometheus.MustNewConstMetric(g.metrics.requestsInFlight, prometheus.GaugeValue, float64(g.mutating.n.Load()), "mutating")
-	ch <- prometheus.MustNewConstMetric(g.metrics.bufferedBytes, prometheus.GaugeValue, float64(g.bodies.bytesHeld()))
+	ch <- prometheus.MustNewConstMetric(g.metrics.requestsInFlight, prometheus.GaugeValue, float64(g.longRunning.inUse()), "longRunning")
+	ch <- prometheus.MustNewConstMetric(g.metrics.bufferedBytes, prometheus.GaugeValue, float64(g.bodies.inUse()))
+	ch <- prometheus.MustNewConstMetric(g.metrics.openConnections, prometheus.GaugeValue, float64(g.connections.inUse()))
 	s := g.state.Load()
 	if s == nil {
 		return

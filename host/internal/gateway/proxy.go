@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+	"golang.org/x/net/http2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/skewgate/skewgate/discovery"
@@ -38,6 +40,9 @@ type exchange struct {
 	// again as it was.
 	replayable bool
 	backend    *backend
+	// body is the client's request body as it streams, nil when the request
+	// has none.
+	body *trackedBody
 	// tried are the servers of state the request was sent to.
 	tried discovery.ServerSet
 }
@@ -183,6 +188,9 @@ func (t *backendTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if err != nil {
 		return nil, err
 	}
+	if err := checkOutbound(req); err != nil {
+		return nil, err
+	}
 	for {
 		sent := ex.current()
 		resp, err := t.send(rt, req, ex, sent)
@@ -196,16 +204,20 @@ func (t *backendTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		case errors.Is(err, errServerTurnedUnhealthy):
 			t.g.metrics.upstreamError(sent.cluster, "abandoned")
 			why = "turned unhealthy before answering a read"
+		case err != nil && ex.body != nil && ex.body.failed.Load():
+			// The client's body broke off: the attempt says nothing of the
+			// server, and the request cannot be sent whole anywhere.
+			return nil, &clientBodyError{err: err}
 		case err != nil:
-			kind := errorKind(err)
-			t.g.metrics.upstreamError(sent.cluster, kind)
-			if (kind == "connect" || kind == "transport") && t.g.opts.OnServerLost != nil {
+			t.g.metrics.upstreamError(sent.cluster, errorKind(err))
+			fromServer := serverFailed(err)
+			if fromServer && t.g.opts.OnServerLost != nil {
 				t.g.opts.OnServerLost(sent.cluster)
 			}
 			switch {
 			case isConnectFailure(err):
 				why = "unreachable"
-			case kind == "transport" && isSafeRead(req, ex):
+			case fromServer && isSafeRead(req, ex):
 				why = "lost the connection before answering a read"
 			default:
 				return nil, err
@@ -342,6 +354,65 @@ func isConnectFailure(err error) bool {
 	return errors.As(err, &ce)
 }
 
+// serverFailed reports an error only the API server, or the network to it,
+// can have caused: the connection or its TLS handshake failed, the
+// connection broke (end of stream, reset, a GOAWAY before closing) or the
+// server reset the request's stream, while the request waited for its
+// answer. Everything else (an error the outbound transport raises about the
+// request itself, a failure of the client's body, a connection the gateway
+// closed) is no evidence against the server, and must not be: anyone who can
+// send a request could otherwise take healthy servers out of routing.
+func serverFailed(err error) bool {
+	var opErr *net.OpError
+	var reset http2.StreamError
+	switch {
+	case isConnectFailure(err):
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return true
+	case errors.As(err, &opErr):
+		return !opErr.Timeout() && !errors.Is(err, net.ErrClosed)
+	case errors.As(err, &reset):
+		// net/http's bundled HTTP/2 marks a reset the server sent this way.
+		return reset.Cause != nil && reset.Cause.Error() == "received from peer"
+	}
+	// Go's HTTP/2 transport has no exported type for it.
+	return strings.Contains(err.Error(), "server sent GOAWAY and closed the connection")
+}
+
+// clientBodyError is a request body that failed while it was sent upstream:
+// the client cut it short, framed it wrongly, or sent less than it announced.
+type clientBodyError struct{ err error }
+
+func (e *clientBodyError) Error() string { return "reading the request body: " + e.err.Error() }
+func (e *clientBodyError) Unwrap() error { return e.err }
+
+// invalidOutboundError is a request the outbound transport would refuse
+// before sending it; the gateway answers it 400 itself.
+type invalidOutboundError struct{ why string }
+
+func (e *invalidOutboundError) Error() string { return e.why }
+
+// checkOutbound refuses what Go's transports refuse to send, with the same
+// rules (httpguts), so that such a request is answered as the client's
+// mistake and never counted against a server.
+func checkOutbound(req *http.Request) error {
+	if !httpguts.ValidHostHeader(req.Host) {
+		return &invalidOutboundError{why: "the request's authority (Host) is not a valid host"}
+	}
+	for name, values := range req.Header {
+		if !httpguts.ValidHeaderFieldName(name) {
+			return &invalidOutboundError{why: "the request has an invalid header field name"}
+		}
+		for _, v := range values {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return &invalidOutboundError{why: "the request has an invalid value in header field " + name}
+			}
+		}
+	}
+	return nil
+}
+
 func errorKind(err error) string {
 	var ce *connectError
 	var netErr net.Error
@@ -361,7 +432,7 @@ func errorKind(err error) string {
 type statusRecorder struct {
 	http.ResponseWriter
 	sessions *sessions
-	// body is the request body of an HTTP/1.x request that has one.
+	// body is the request body, when the request has one.
 	body       *trackedBody
 	status     int
 	hijacked   bool
@@ -370,6 +441,11 @@ type statusRecorder struct {
 	// backend the request was last sent to.
 	answered time.Time
 	upstream *backend
+	// started is set with the final response header, for giveUpAtTimeout's
+	// goroutine; bounded are the response's bounded writes, if any
+	// (deadlines.go).
+	started atomic.Bool
+	bounded *responseWrites
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
@@ -377,6 +453,7 @@ func (r *statusRecorder) WriteHeader(code int) {
 	if final {
 		r.status = code
 		r.answered = time.Now()
+		r.started.Store(true)
 	}
 	r.ResponseWriter.WriteHeader(code)
 	if final {
@@ -390,7 +467,12 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK)
 	}
-	return r.ResponseWriter.Write(b)
+	n := 0
+	err := r.whileWriting(func() (err error) {
+		n, err = r.ResponseWriter.Write(b)
+		return err
+	})
+	return n, err
 }
 
 // abandonUnreadBody stops reading an HTTP/1.x request body that has not
@@ -402,7 +484,7 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 // the body is given up and the connection closed after the answer, as an
 // HTTP/1.1 server must when a body is left unread.
 func (r *statusRecorder) abandonUnreadBody() {
-	if r.body == nil || r.body.ended.Load() {
+	if r.body == nil || !r.body.http1 || r.body.ended.Load() {
 		return
 	}
 	rc := http.NewResponseController(r.ResponseWriter)
@@ -415,16 +497,23 @@ func (r *statusRecorder) abandonUnreadBody() {
 	}
 }
 
-// trackedBody is a request body that remembers whether it ended.
+// trackedBody is a request body that remembers whether it ended, and whether
+// it ended in an error: the client's, never a server's.
 type trackedBody struct {
 	io.ReadCloser
-	ended atomic.Bool
+	// http1: the body of an HTTP/1.x request, which abandonUnreadBody may
+	// give up.
+	http1         bool
+	ended, failed atomic.Bool
 }
 
 func (b *trackedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err != nil {
 		b.ended.Store(true)
+		if err != io.EOF {
+			b.failed.Store(true)
+		}
 	}
 	return n, err
 }

@@ -119,16 +119,10 @@ type RequestLog struct {
 	rejectedSelectors atomic.Uint64
 }
 
-// NewRequestLog holds at most limit shapes (DefaultRequestShapes if limit is
-// not positive), each for DefaultRequestLogWindow after its last request.
-func NewRequestLog(limit int) *RequestLog {
-	return NewRequestLogWindow(limit, DefaultRequestLogWindow)
-}
-
-// NewRequestLogWindow holds at most limit shapes (DefaultRequestShapes if
+// NewRequestLog holds at most limit shapes (DefaultRequestShapes if
 // limit is not positive), each for window after its last request
 // (DefaultRequestLogWindow if window is not positive).
-func NewRequestLogWindow(limit int, window time.Duration) *RequestLog {
+func NewRequestLog(limit int, window time.Duration) *RequestLog {
 	if limit <= 0 {
 		limit = DefaultRequestShapes
 	}
@@ -220,13 +214,6 @@ func (l *RequestLog) RecordAnswered(r *http.Request, status int) {
 	rec.lastSeen.Store(now)
 	l.shapes[key] = rec
 }
-
-// Record counts r's shape as though it had been answered 200.
-//
-// Deprecated: it runs before the answer is known, so it cannot leave out
-// unauthenticated requests; the gateway calls RecordAnswered once the status
-// is known, and Record goes then.
-func (l *RequestLog) Record(r *http.Request) { l.RecordAnswered(r, http.StatusOK) }
 
 func (l *RequestLog) expired(rec *shapeRecord, now int64) bool {
 	return now-rec.lastSeen.Load() > int64(l.window)

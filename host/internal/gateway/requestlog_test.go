@@ -20,7 +20,7 @@ func (c *testClock) advance(d time.Duration) { c.t = c.t.Add(d) }
 // newTestRequestLog is a log of limit shapes and window on a clock of its own.
 func newTestRequestLog(limit int, window time.Duration) (*RequestLog, *testClock) {
 	clock := &testClock{t: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)}
-	l := NewRequestLogWindow(limit, window)
+	l := NewRequestLog(limit, window)
 	l.now = clock.now
 	return l, clock
 }
@@ -256,7 +256,7 @@ func TestFullRequestLogEvictsTheLeastRecentlySeenShape(t *testing.T) {
 // A shape the record holds is counted without allocating: recording costs
 // the requests of known clients nothing beyond a map lookup.
 func TestRequestLogCountsAKnownShapeWithoutAllocating(t *testing.T) {
-	l := NewRequestLog(0)
+	l := NewRequestLog(0, 0)
 	r := kubectlRequest()
 	l.RecordAnswered(r, http.StatusOK)
 	allocs := testing.AllocsPerRun(1000, func() { l.RecordAnswered(r, http.StatusOK) })
@@ -269,7 +269,7 @@ func TestRequestLogCountsAKnownShapeWithoutAllocating(t *testing.T) {
 }
 
 func TestRequestLogServesJSON(t *testing.T) {
-	l := NewRequestLog(0)
+	l := NewRequestLog(0, 0)
 	recordRequest(l, "GET", "/apis/apps/v1/deployments", "kube-controller-manager/v1.35.4 (linux/amd64)")
 	rec := httptest.NewRecorder()
 	l.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/requests", nil))

@@ -12,6 +12,9 @@ import (
 // hijacked, so its Shutdown neither waits for these nor ends them; the gateway
 // keeps them to do both.
 type sessions struct {
+	// stallTimeout bounds each write to a session's client.
+	stallTimeout time.Duration
+
 	mu    sync.Mutex
 	conns map[*sessionConn]struct{}
 }
@@ -33,7 +36,7 @@ func (c *sessionConn) Close() error {
 }
 
 func (s *sessions) track(conn net.Conn) net.Conn {
-	c := &sessionConn{Conn: conn, owner: s}
+	c := &sessionConn{Conn: &stallBoundConn{Conn: conn, timeout: s.stallTimeout}, owner: s}
 	s.mu.Lock()
 	if s.conns == nil {
 		s.conns = map[*sessionConn]struct{}{}

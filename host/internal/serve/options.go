@@ -86,6 +86,15 @@ type Config struct {
 	// that are not long-running proxied at once (kube-apiserver's flags of
 	// the same names); zero: no limit.
 	MaxRequestsInFlight, MaxMutatingRequestsInFlight int
+	// MaxLongRunningRequests and MaxLongRunningRequestsPerClient bound the
+	// long-running requests served at once, in all and per source address;
+	// MaxConnections and MaxConnectionsPerClient the client connections.
+	// Zero: no limit.
+	MaxLongRunningRequests, MaxLongRunningRequestsPerClient int
+	MaxConnections, MaxConnectionsPerClient                 int
+	// StalledStreamTimeout ends a long-running response whose client has
+	// read none of what is waiting for it for this long.
+	StalledStreamTimeout time.Duration
 	// MaxBufferedRequestBytes and MaxBufferedRequestBytesPerClient bound the
 	// request bodies held for retries, in all and per source address.
 	MaxBufferedRequestBytes, MaxBufferedRequestBytesPerClient int64
@@ -121,6 +130,11 @@ func NewConfig() Config {
 		RequestTimeout:                   gateway.DefaultRequestTimeout,
 		MaxRequestsInFlight:              gateway.DefaultMaxRequestsInFlight,
 		MaxMutatingRequestsInFlight:      gateway.DefaultMaxMutatingRequestsInFlight,
+		MaxLongRunningRequests:           gateway.DefaultMaxLongRunningRequests,
+		MaxLongRunningRequestsPerClient:  gateway.DefaultMaxLongRunningRequestsPerClient,
+		MaxConnections:                   gateway.DefaultMaxConnections,
+		MaxConnectionsPerClient:          gateway.DefaultMaxConnectionsPerClient,
+		StalledStreamTimeout:             gateway.DefaultStalledStreamTimeout,
 		MaxBufferedRequestBytes:          gateway.DefaultMaxBufferedRequestBytes,
 		MaxBufferedRequestBytesPerClient: gateway.DefaultMaxBufferedRequestBytesPerClient,
 		ShutdownTimeout:                  DefaultShutdownTimeout,
@@ -150,6 +164,11 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "longest a request that is not long-running (not a watch, exec, attach, port-forward, proxy or log) may take, and any request's buffered body may take to arrive; later it is answered 504. A request waits for a plugin VM at most a quarter of it, then is answered 429")
 	fs.IntVar(&c.MaxRequestsInFlight, "max-requests-inflight", c.MaxRequestsInFlight, "most read-only requests (get, list) that are not long-running proxied at once; more are answered 429 with Retry-After (0: no limit)")
 	fs.IntVar(&c.MaxMutatingRequestsInFlight, "max-mutating-requests-inflight", c.MaxMutatingRequestsInFlight, "most mutating requests that are not long-running proxied at once; more are answered 429 with Retry-After (0: no limit)")
+	fs.IntVar(&c.MaxLongRunningRequests, "max-long-running-requests", c.MaxLongRunningRequests, "most long-running requests (watch, log, exec, attach, port-forward, proxy) served at once; more are answered 429 with Retry-After (0: no limit). The default carries a 5,000-node cluster's kubelets and kube-proxies")
+	fs.IntVar(&c.MaxLongRunningRequestsPerClient, "max-long-running-requests-per-client", c.MaxLongRunningRequestsPerClient, "most long-running requests one client (source address) may have served at once; more are answered 429 with Retry-After (0: no limit; set 0 when clients reach skewgate through one translated address)")
+	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "most client connections open at once; more are closed as soon as they are accepted (0: no limit)")
+	fs.IntVar(&c.MaxConnectionsPerClient, "max-connections-per-client", c.MaxConnectionsPerClient, "most client connections one client (source address) may hold open at once; more are closed as soon as they are accepted (0: no limit; set 0 when clients reach skewgate through one translated address)")
+	fs.DurationVar(&c.StalledStreamTimeout, "stalled-stream-timeout", c.StalledStreamTimeout, "how long a long-running response (watch, log, exec) may wait for its client to read what was written to it before it is ended; a quiet stream with nothing to write is never ended by it")
 	fs.Int64Var(&c.MaxBufferedRequestBytes, "max-buffered-request-bytes", c.MaxBufferedRequestBytes, "most bytes of request bodies (each at most 1 MiB) held in memory so that their requests can be retried on another API server; beyond it bodies stream and are not retried")
 	fs.Int64Var(&c.MaxBufferedRequestBytesPerClient, "max-buffered-request-bytes-per-client", c.MaxBufferedRequestBytesPerClient, "the share of --max-buffered-request-bytes one client (source address) may hold")
 	fs.DurationVar(&c.PluginCallTimeout, "plugin-call-timeout", c.PluginCallTimeout, "longest a plugin callback may run; an overrunning plugin VM is replaced. 0: unbounded, as in Envoy (a bound makes every callback interruptible, which makes it 1.4–1.9 times as costly)")
@@ -217,6 +236,9 @@ func (c *Config) validate() []error {
 			errs = append(errs, fmt.Errorf("%s %v: must not be negative", d.flag, d.value))
 		}
 	}
+	if c.StalledStreamTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--stalled-stream-timeout %v: must be positive", c.StalledStreamTimeout))
+	}
 	if c.RequestLogWindow <= 0 {
 		errs = append(errs, fmt.Errorf("--request-log-window %v: must be positive", c.RequestLogWindow))
 	}
@@ -239,7 +261,8 @@ func (c *Config) validate() []error {
 	return append(errs, cmdline.CheckReadable(files)...)
 }
 
-// checkLimits checks the in-flight limits and the body buffer budget.
+// checkLimits checks the request and connection limits and the body buffer
+// budget.
 func (c *Config) checkLimits() []error {
 	var errs []error
 	for _, l := range []struct {
@@ -248,6 +271,10 @@ func (c *Config) checkLimits() []error {
 	}{
 		{"--max-requests-inflight", c.MaxRequestsInFlight},
 		{"--max-mutating-requests-inflight", c.MaxMutatingRequestsInFlight},
+		{"--max-long-running-requests", c.MaxLongRunningRequests},
+		{"--max-long-running-requests-per-client", c.MaxLongRunningRequestsPerClient},
+		{"--max-connections", c.MaxConnections},
+		{"--max-connections-per-client", c.MaxConnectionsPerClient},
 	} {
 		if l.value < 0 {
 			errs = append(errs, fmt.Errorf("%s %d: must not be negative (0: no limit)", l.flag, l.value))

@@ -3,8 +3,9 @@
 // wazero-hosted VMs (and, optionally, of the Envoy reading an ECDS file; a
 // fleet of Envoys is skewgate-xds's), and the gateway proxies client traffic
 // through the plugin. A second, plain-HTTP listener
-// serves /metrics, /healthz, /readyz, /debug/snapshot, /debug/requests (the
-// shapes of the requests received), the status page and, with profiling on,
+// serves /metrics, /healthz, /readyz, the status page, with --debug-handlers
+// /debug/snapshot and /debug/requests (the shapes of the requests received),
+// and, with profiling on,
 // /debug/pprof/.
 package serve
 
@@ -119,21 +120,29 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.requests = gateway.NewRequestLog(gateway.DefaultRequestShapes)
+	if cfg.DebugHandlers {
+		// Nobody can read the record without the debug handlers.
+		s.requests = gateway.NewRequestLog(gateway.DefaultRequestShapes, cfg.RequestLogWindow)
+	}
 	gwOpts := gateway.Options{
-		Plugin:            s.plugins,
-		Requests:          s.requests,
-		PeerRootCAs:       peerCA.Pool(),
-		PeerServerName:    cfg.PeerServerName,
-		RoutingHeader:     cfg.RoutingHeader,
-		RetryAfterSeconds: cfg.RetryAfterSeconds,
-		RequestTimeout:    cfg.RequestTimeout,
-		Logger:            cfg.Logger,
+		Plugin:               s.plugins,
+		Requests:             s.requests,
+		PeerRootCAs:          peerCA.Pool(),
+		PeerServerName:       cfg.PeerServerName,
+		RoutingHeader:        cfg.RoutingHeader,
+		RetryAfterSeconds:    cfg.RetryAfterSeconds,
+		RequestTimeout:       cfg.RequestTimeout,
+		StalledStreamTimeout: cfg.StalledStreamTimeout,
+		Logger:               cfg.Logger,
 		// Requests reach the gateway only once the controller exists.
 		OnServerLost: func(cluster string) { s.ctrl.ServerLost(cluster) },
 
 		MaxRequestsInFlight:              cfg.MaxRequestsInFlight,
 		MaxMutatingRequestsInFlight:      cfg.MaxMutatingRequestsInFlight,
+		MaxLongRunningRequests:           cfg.MaxLongRunningRequests,
+		MaxLongRunningRequestsPerClient:  cfg.MaxLongRunningRequestsPerClient,
+		MaxConnections:                   cfg.MaxConnections,
+		MaxConnectionsPerClient:          cfg.MaxConnectionsPerClient,
 		MaxBufferedRequestBytes:          cfg.MaxBufferedRequestBytes,
 		MaxBufferedRequestBytesPerClient: cfg.MaxBufferedRequestBytesPerClient,
 	}
@@ -169,14 +178,17 @@ func New(cfg Config) (*Server, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    maxHeaderBytes,
-		// What one HTTP/2 connection can make the gateway hold:
-		// kube-apiserver's 100 streams and 256 KiB window per stream, and
-		// Go's 1 MiB window for the whole connection, so that a client's
-		// unread request data never exceeds 1 MiB per connection.
+		// What one HTTP/2 connection can make the gateway hold (RATIONALE:
+		// "Why these HTTP/2 windows and stream limits?"): kube-apiserver's
+		// 100 streams and 256 KiB window per stream, and Go's 1 MiB window
+		// for the whole connection, so that a client's unread request data
+		// never exceeds 1 MiB per connection; a connection whose client
+		// takes no byte for the stalled-stream timeout is closed.
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams:          100,
 			MaxReceiveBufferPerStream:     256 << 10,
 			MaxReceiveBufferPerConnection: 1 << 20,
+			WriteByteTimeout:              cfg.StalledStreamTimeout,
 		},
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelInfo),
 	}
@@ -233,6 +245,7 @@ func (s *Server) Listen() error {
 	if s.gatewayListener, err = net.Listen("tcp", gatewayAddress); err != nil {
 		return fmt.Errorf("gateway listener: %w", err)
 	}
+	s.gatewayListener = s.gw.Listener(s.gatewayListener)
 	if s.metricsListener, err = net.Listen("tcp", s.cfg.MetricsBindAddress); err != nil {
 		s.gatewayListener.Close()
 		return fmt.Errorf("metrics listener: %w", err)

@@ -190,6 +190,8 @@ func newFixture(t *testing.T) *fixture {
 	f.cfg.Instances = 1
 	f.cfg.CompilationCacheDir = filepath.Join(dir, "wazero")
 	f.cfg.ShutdownTimeout = 10 * time.Second
+	// The tests read /debug/snapshot and /debug/requests.
+	f.cfg.DebugHandlers = true
 	f.cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	return f
 }

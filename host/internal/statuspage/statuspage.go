@@ -296,7 +296,7 @@ tr.skewed th.api::after { content: " skewed"; color: #a86b00; font-size: .75rem;
 <h1>skewgate</h1>
 `
 
-const foot = `<p class="summary"><a href="/metrics">metrics</a> · <a href="/debug/snapshot">snapshot JSON</a> · <a href="/readyz">readyz</a></p>
+const foot = `<p class="summary"><a href="/metrics">metrics</a> · <a href="/debug/snapshot">snapshot JSON</a> (with --debug-handlers) · <a href="/readyz">readyz</a></p>
 </body>
 </html>
 `
