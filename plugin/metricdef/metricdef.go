@@ -154,7 +154,7 @@ var (
 		Help: "Requests the plugin failed on, answered by the failure policy; those no plugin VM became free for are rejected requests (plugin_busy) instead."}
 	GatewayRejectedRequests = Metric{Name: "skewgate_gateway_rejected_requests_total", Type: Counter, Exporter: Gateway, Labels: []string{"reason"},
 		Help: "Requests answered 429 by the gateway's own limits: max_requests_inflight, max_mutating_requests_inflight, " +
-			"max_long_running_requests, max_long_running_requests_per_client, " +
+			"max_requests_inflight_per_client, max_long_running_requests, max_long_running_requests_per_client, " +
 			"or plugin_busy (no plugin VM became free while the request could queue)."}
 	GatewayUnbufferedRequestBodies = Metric{Name: "skewgate_gateway_unbuffered_request_bodies_total", Type: Counter, Exporter: Gateway, Labels: []string{"reason"},
 		Help: "Request bodies small enough to buffer for a retry that streamed instead, because the buffer budget " +

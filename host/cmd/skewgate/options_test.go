@@ -97,6 +97,7 @@ func TestEveryFlagRefusesABadValueNamingIt(t *testing.T) {
 				"compilation-cache-dir":                 {"--compilation-cache-dir=" + in("kubeconfig")},
 				"request-timeout":                       {"--request-timeout=-1s"},
 				"max-requests-inflight":                 {"--max-requests-inflight=-1"},
+				"max-requests-inflight-per-client":      {"--max-requests-inflight-per-client=-1"},
 				"max-long-running-requests":             {"--max-long-running-requests=-1"},
 				"max-long-running-requests-per-client":  {"--max-long-running-requests-per-client=-1"},
 				"max-connections":                       {"--max-connections=-1"},

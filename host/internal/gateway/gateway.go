@@ -119,6 +119,11 @@ type Options struct {
 	// counts from when its buffered body is in hand until its answer ends.
 	// Zero: no limit.
 	MaxRequestsInFlight, MaxMutatingRequestsInFlight int
+	// MaxRequestsInFlightPerClient bounds the requests that are not
+	// long-running of one source address, both kinds together, so that one
+	// client cannot take every place of either limit; beyond it a request is
+	// answered 429 with Retry-After. Zero: no limit.
+	MaxRequestsInFlightPerClient int
 	// MaxLongRunningRequests bounds the long-running requests (watch, log,
 	// exec, attach, port-forward, proxy) being served at once, and
 	// MaxLongRunningRequestsPerClient those of one source address; a request
@@ -172,7 +177,7 @@ func (o Options) complete() (Options, error) {
 	if o.MaxRequestHeaders <= 0 {
 		o.MaxRequestHeaders = DefaultMaxRequestHeaders
 	}
-	if o.MaxRequestsInFlight < 0 || o.MaxMutatingRequestsInFlight < 0 || o.MaxLongRunningRequests < 0 ||
+	if o.MaxRequestsInFlight < 0 || o.MaxMutatingRequestsInFlight < 0 || o.MaxRequestsInFlightPerClient < 0 || o.MaxLongRunningRequests < 0 ||
 		o.MaxLongRunningRequestsPerClient < 0 || o.MaxConnections < 0 || o.MaxConnectionsPerClient < 0 {
 		return o, errors.New("gateway: request and connection limits must not be negative")
 	}
@@ -199,8 +204,9 @@ type Gateway struct {
 	sessions   sessions
 
 	readOnly, mutating inFlightLimit
-	// bodies, longRunning and connections bound what clients hold (limits.go).
-	bodies, longRunning, connections *clientShares
+	// bodies, inFlight, longRunning and connections bound what each client
+	// holds (limits.go).
+	bodies, inFlight, longRunning, connections *clientShares
 
 	applyMu    sync.Mutex
 	state      atomic.Pointer[state]
@@ -308,6 +314,7 @@ func New(opts Options) (*Gateway, error) {
 	g := &Gateway{
 		opts: o, log: o.Logger, metrics: newMetrics(),
 		bodies:      newClientShares(o.MaxBufferedRequestBytes, o.MaxBufferedRequestBytesPerClient, unbufferedBudget, unbufferedClientShare),
+		inFlight:    newClientShares(0, int64(o.MaxRequestsInFlightPerClient), "", overMaxInFlightPerClient),
 		longRunning: newClientShares(int64(o.MaxLongRunningRequests), int64(o.MaxLongRunningRequestsPerClient), overMaxLongRunning, overMaxLongRunningPerClient),
 		connections: newClientShares(int64(o.MaxConnections), int64(o.MaxConnectionsPerClient), overMaxConnections, overMaxConnectionsPerClient),
 	}
@@ -598,30 +605,14 @@ func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers 
 			}
 		}
 	}
-	if class.LongRunning {
-		client := peerIP(r.RemoteAddr)
-		if ok, why := g.longRunning.reserve(client, 1); !ok {
-			g.metrics.rejected.WithLabelValues(why).Inc()
-			g.writeTooManyRequests(w, "Too many requests: the gateway is serving as many long-running requests (watches, logs, exec sessions) "+
-				longRunningScope[why]+" as it may at once, please try again later.")
-			return
-		}
-		defer g.longRunning.release(client, 1)
-	} else {
-		// Counted from here, once a buffered body is in hand: its wait is
-		// bounded by the buffer budget and the client's share, so a client
-		// stalling its bodies cannot take the places of others.
-		limit, kind, reason := &g.readOnly, "read-only", "max_requests_inflight"
-		if class.Mutating {
-			limit, kind, reason = &g.mutating, "mutating", "max_mutating_requests_inflight"
-		}
-		if !limit.acquire() {
-			g.metrics.rejected.WithLabelValues(reason).Inc()
-			g.writeTooManyRequests(w, "Too many requests: the gateway is proxying as many "+kind+" requests as it may at once, please try again later.")
-			return
-		}
-		defer limit.release()
+	// Counted from here, once a buffered body is in hand: its wait is
+	// bounded by the buffer budget and the client's share, so a client
+	// stalling its bodies cannot take the places of others.
+	admitted, ok := g.admit(w, peerIP(r.RemoteAddr), class)
+	if !ok {
+		return
 	}
+	defer admitted.release()
 	ex.setBackend(target)
 	defer ex.release()
 	defer func() { w.upstream = ex.current() }()
@@ -641,9 +632,6 @@ func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers 
 	}
 	g.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
-
-// longRunningScope says which bound of long-running requests was reached.
-var longRunningScope = map[string]string{overMaxLongRunning: "in all", overMaxLongRunningPerClient: "for this client address"}
 
 // bufferBody reads a small body whole, so that the request can be sent again
 // if it provably never reached a server; false means the request was

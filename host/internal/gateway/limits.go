@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/skewgate/skewgate/discovery"
 )
 
 // Defaults of the request body buffer budget (Options.MaxBufferedRequestBytes
@@ -54,6 +57,10 @@ func (l *inFlightLimit) release() { l.n.Add(-1) }
 // mounting several objects, and for the control-plane components of a node
 // that reach a node-local gateway from loopback.
 const (
+	// DefaultMaxRequestsInFlightPerClient is a quarter of
+	// DefaultMaxRequestsInFlight: one address cannot take every read-only
+	// place, nor half the mutating ones.
+	DefaultMaxRequestsInFlightPerClient    = 100
 	DefaultMaxLongRunningRequests          = 200_000
 	DefaultMaxLongRunningRequestsPerClient = 1_000
 	DefaultMaxConnections                  = 30_000
@@ -119,6 +126,7 @@ func (b *clientShares) inUse() int64 {
 const (
 	unbufferedBudget            = "budget"
 	unbufferedClientShare       = "client_share"
+	overMaxInFlightPerClient    = "max_requests_inflight_per_client"
 	overMaxLongRunning          = "max_long_running_requests"
 	overMaxLongRunningPerClient = "max_long_running_requests_per_client"
 	overMaxConnections          = "max_connections"
@@ -164,6 +172,61 @@ type boundedConn struct {
 func (c *boundedConn) Close() error {
 	c.once.Do(c.release)
 	return c.Conn.Close()
+}
+
+// admission is what a request holds of the gateway's bounds while it is
+// served.
+type admission struct {
+	client string
+	// limit is the in-flight limit of its kind, nil for a long-running one;
+	// shares the per-client count it is in.
+	limit  *inFlightLimit
+	shares *clientShares
+}
+
+func (a admission) release() {
+	if a.limit != nil {
+		a.limit.release()
+	}
+	a.shares.release(a.client, 1)
+}
+
+// admit counts a request of client against the bounds of its class, or
+// answers it 429 with Retry-After and reports false: a long-running one
+// against MaxLongRunningRequests and the client's share of it, another
+// against the in-flight limit of its kind and the client's in-flight share.
+func (g *Gateway) admit(w http.ResponseWriter, client string, class discovery.RequestClass) (admission, bool) {
+	if class.LongRunning {
+		if ok, why := g.longRunning.reserve(client, 1); !ok {
+			g.refuse(w, why, "long-running requests (watches, logs, exec sessions)")
+			return admission{}, false
+		}
+		return admission{client: client, shares: g.longRunning}, true
+	}
+	limit, kind, reason := &g.readOnly, "read-only requests", "max_requests_inflight"
+	if class.Mutating {
+		limit, kind, reason = &g.mutating, "mutating requests", "max_mutating_requests_inflight"
+	}
+	if ok, why := g.inFlight.reserve(client, 1); !ok {
+		g.refuse(w, why, "requests")
+		return admission{}, false
+	}
+	if !limit.acquire() {
+		g.inFlight.release(client, 1)
+		g.refuse(w, reason, kind)
+		return admission{}, false
+	}
+	return admission{client: client, limit: limit, shares: g.inFlight}, true
+}
+
+// refuse answers 429 for the bound why names, and counts it.
+func (g *Gateway) refuse(w http.ResponseWriter, why, what string) {
+	g.metrics.rejected.WithLabelValues(why).Inc()
+	scope := "in all"
+	if strings.HasSuffix(why, "_per_client") {
+		scope = "for this client address"
+	}
+	g.writeTooManyRequests(w, "Too many requests: the gateway is serving as many "+what+" "+scope+" as it may at once, please try again later.")
 }
 
 // writeTooManyRequests answers 429 with Retry-After, as kube-apiserver's

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -284,5 +285,38 @@ func TestConnectionsBeyondTheirBoundsAreClosedAtOnce(t *testing.T) {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %s:\n%s", want, m)
 		}
+	}
+}
+
+// One client address holds at most its share of the in-flight places, so a
+// client that holds its requests (or never reads their answers) cannot take
+// every place from the others.
+func TestOneClientHoldsNoMoreThanItsInFlightShare(t *testing.T) {
+	hold := make(chan struct{})
+	var holding sync.WaitGroup
+	h := newHarness(t, harnessConfig{handler: holdingBackend(hold, &holding), options: func(o *Options) {
+		o.MaxRequestsInFlight, o.MaxRequestsInFlightPerClient = 10, 2
+	}})
+	defer close(hold)
+	greedy, other := dialFrom(h, "127.0.0.1"), dialFrom(h, "127.0.0.2")
+	holding.Add(2)
+	for range 2 {
+		req, _ := http.NewRequest("GET", h.front.URL+commonPods, nil)
+		req.Header.Set("X-Hold", "1")
+		go func() {
+			if resp, err := greedy.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	holding.Wait()
+	if resp, body := do(t, greedy, "POST", h.front.URL+commonPods, nil, strings.NewReader("{}")); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("a third request of the client holding two: %d %s, want 429", resp.StatusCode, body)
+	}
+	if resp, body := do(t, other, "GET", h.front.URL+commonPods, nil, nil); resp.StatusCode != http.StatusOK {
+		t.Errorf("another client meanwhile: %d %s, want 200", resp.StatusCode, body)
+	}
+	if m := scrape(t, h); !strings.Contains(m, `skewgate_gateway_rejected_requests_total{reason="max_requests_inflight_per_client"} 1`) {
+		t.Errorf("the refusal is not counted:\n%s", m)
 	}
 }

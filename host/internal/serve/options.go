@@ -86,6 +86,8 @@ type Config struct {
 	// that are not long-running proxied at once (kube-apiserver's flags of
 	// the same names); zero: no limit.
 	MaxRequestsInFlight, MaxMutatingRequestsInFlight int
+	// MaxRequestsInFlightPerClient bounds those of one source address.
+	MaxRequestsInFlightPerClient int
 	// MaxLongRunningRequests and MaxLongRunningRequestsPerClient bound the
 	// long-running requests served at once, in all and per source address;
 	// MaxConnections and MaxConnectionsPerClient the client connections.
@@ -130,6 +132,7 @@ func NewConfig() Config {
 		RequestTimeout:                   gateway.DefaultRequestTimeout,
 		MaxRequestsInFlight:              gateway.DefaultMaxRequestsInFlight,
 		MaxMutatingRequestsInFlight:      gateway.DefaultMaxMutatingRequestsInFlight,
+		MaxRequestsInFlightPerClient:     gateway.DefaultMaxRequestsInFlightPerClient,
 		MaxLongRunningRequests:           gateway.DefaultMaxLongRunningRequests,
 		MaxLongRunningRequestsPerClient:  gateway.DefaultMaxLongRunningRequestsPerClient,
 		MaxConnections:                   gateway.DefaultMaxConnections,
@@ -164,6 +167,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "longest a request that is not long-running (not a watch, exec, attach, port-forward, proxy or log) may take, and any request's buffered body may take to arrive; later it is answered 504. A request waits for a plugin VM at most a quarter of it, then is answered 429")
 	fs.IntVar(&c.MaxRequestsInFlight, "max-requests-inflight", c.MaxRequestsInFlight, "most read-only requests (get, list) that are not long-running proxied at once; more are answered 429 with Retry-After (0: no limit)")
 	fs.IntVar(&c.MaxMutatingRequestsInFlight, "max-mutating-requests-inflight", c.MaxMutatingRequestsInFlight, "most mutating requests that are not long-running proxied at once; more are answered 429 with Retry-After (0: no limit)")
+	fs.IntVar(&c.MaxRequestsInFlightPerClient, "max-requests-inflight-per-client", c.MaxRequestsInFlightPerClient, "most requests that are not long-running, read-only and mutating together, one client (source address) may have proxied at once; more are answered 429 with Retry-After (0: no limit; set 0 when clients reach skewgate through one translated address)")
 	fs.IntVar(&c.MaxLongRunningRequests, "max-long-running-requests", c.MaxLongRunningRequests, "most long-running requests (watch, log, exec, attach, port-forward, proxy) served at once; more are answered 429 with Retry-After (0: no limit). The default carries a 5,000-node cluster's kubelets and kube-proxies")
 	fs.IntVar(&c.MaxLongRunningRequestsPerClient, "max-long-running-requests-per-client", c.MaxLongRunningRequestsPerClient, "most long-running requests one client (source address) may have served at once; more are answered 429 with Retry-After (0: no limit; set 0 when clients reach skewgate through one translated address)")
 	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "most client connections open at once; more are closed as soon as they are accepted (0: no limit)")
@@ -271,6 +275,7 @@ func (c *Config) checkLimits() []error {
 	}{
 		{"--max-requests-inflight", c.MaxRequestsInFlight},
 		{"--max-mutating-requests-inflight", c.MaxMutatingRequestsInFlight},
+		{"--max-requests-inflight-per-client", c.MaxRequestsInFlightPerClient},
 		{"--max-long-running-requests", c.MaxLongRunningRequests},
 		{"--max-long-running-requests-per-client", c.MaxLongRunningRequestsPerClient},
 		{"--max-connections", c.MaxConnections},

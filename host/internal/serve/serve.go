@@ -139,6 +139,7 @@ func New(cfg Config) (*Server, error) {
 
 		MaxRequestsInFlight:              cfg.MaxRequestsInFlight,
 		MaxMutatingRequestsInFlight:      cfg.MaxMutatingRequestsInFlight,
+		MaxRequestsInFlightPerClient:     cfg.MaxRequestsInFlightPerClient,
 		MaxLongRunningRequests:           cfg.MaxLongRunningRequests,
 		MaxLongRunningRequestsPerClient:  cfg.MaxLongRunningRequestsPerClient,
 		MaxConnections:                   cfg.MaxConnections,
