@@ -81,7 +81,9 @@ func TestHostileRequestsLeaveEveryServerHealthyForOtherClients(t *testing.T) {
 				func() (int, error) {
 					return hostileclient.HTTP1(addr, anonymous, hostileclient.MalformedChunkedBody(leaseCandidates), 5*time.Second)
 				},
-				func() (int, error) { return h2Attack(addr, anonymous, func(c *hostileclient.H2Conn) (uint32, error) { return c.Get("a b", leaseCandidates) }) },
+				func() (int, error) {
+					return h2Attack(addr, anonymous, func(c *hostileclient.H2Conn) (uint32, error) { return c.Get("a b", leaseCandidates) })
+				},
 				func() (int, error) {
 					return h2Attack(addr, anonymous, func(c *hostileclient.H2Conn) (uint32, error) {
 						return c.ShortBody(leaseCandidates, 2_000_000, []byte(`{"kind":1}`))
