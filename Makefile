@@ -39,6 +39,8 @@ FUZZ_TARGETS := \
 	./plugin:FuzzIdentityFromSubject \
 	./host/internal/gateway:FuzzSubjectRFC2253 \
 	./host/internal/gateway:FuzzAssertedIdentity \
+	./host/internal/gateway:FuzzHostileHTTP1MarksNoServer \
+	./host/internal/gateway:FuzzHostileHTTP2MarksNoServer \
 	./host/internal/wasmhost:FuzzDecodePairs \
 	./host/internal/wasmhost:FuzzGuestPointerReads
 
