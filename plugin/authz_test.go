@@ -74,7 +74,7 @@ func TestDiscoveryAuthorizationCacheSecondsDefaultsToTen(t *testing.T) {
 		{map[string]any{"discoveryAuthorizationCacheSeconds": 0}, 0},
 		{map[string]any{"discoveryAuthorizationCacheSeconds": 300}, 300},
 	} {
-		cfg, err := ParseConfig(plugintest.Config(t, 1, c.options, discoverytest.SkewedControlPlane()))
+		cfg, err := parseConfig(plugintest.Config(t, 1, c.options, discoverytest.SkewedControlPlane()))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,20 +20,11 @@ type Config struct {
 	frontProxyClusters []string
 }
 
-// ParseConfig validates the whole configuration before building anything from
-// it, so a bad push is rejected with one precise message.
-func ParseConfig(raw []byte) (*Config, error) {
-	parsed, err := config.Parse(raw)
-	if err != nil {
-		return nil, err
-	}
-	return configFrom(parsed)
-}
-
-// configFrom builds the plugin's configuration from a validated one.
-// OnPluginStart calls config.Parse and configFrom itself rather than through
-// ParseConfig: parsing is the deepest call chain the plugin runs, and every
-// frame above it counts against the fixed Wasm stack of Envoy's WAMR runtime.
+// configFrom builds the plugin's configuration from one config.Parse
+// validated whole, so that a bad push is rejected with one precise message.
+// OnPluginStart calls the two itself, not through a helper: parsing is the
+// deepest call chain the plugin runs, and every frame above it counts
+// against the fixed Wasm stack of Envoy's WAMR runtime.
 func configFrom(parsed *config.Config) (*Config, error) {
 	ix, err := discovery.NewIndexWith(parsed.Snapshot, parsed.IndexOptions())
 	if err != nil {

@@ -126,7 +126,7 @@ func checkInitOnlyRegisters(t *testing.T, fset *token.FileSet, fn *ast.FuncDecl)
 // deciding) allocates nothing; what remains is the SDK's copy of the header
 // map from the host.
 func TestRequestDecisionDoesNotAllocate(t *testing.T) {
-	cfg, err := ParseConfig(plugintest.Config(t, 1, nil, discoverytest.WithFieldSkew(discoverytest.SkewedControlPlane())))
+	cfg, err := parseConfig(plugintest.Config(t, 1, nil, discoverytest.WithFieldSkew(discoverytest.SkewedControlPlane())))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,4 +174,13 @@ func TestPluginDependsOnNoKubernetesLibrary(t *testing.T) {
 			t.Errorf("the plugin depends on %s", pkg)
 		}
 	}
+}
+
+// parseConfig is what OnPluginStart does with a configuration.
+func parseConfig(raw []byte) (*Config, error) {
+	parsed, err := config.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	return configFrom(parsed)
 }

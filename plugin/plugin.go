@@ -77,7 +77,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		proxywasm.LogCriticalf("skewgate: configuration rejected: cannot read it: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
-	// ParseConfig's two steps, one frame shallower (see configFrom).
+	// Parsed, then built, each called from here (see configFrom).
 	var cfg *Config
 	parsed, err := config.Parse(raw)
 	if err == nil {
