@@ -103,7 +103,15 @@ func TestDebugRequestsServesTheShapesOfRequestsReceived(t *testing.T) {
 	if code, _, body := get(t, f.gatewayClient(), target); code != http.StatusOK {
 		t.Fatalf("request through the gateway: %d: %s", code, body)
 	}
-	code, header, body := get(t, &http.Client{Timeout: 10 * time.Second}, "http://"+s.MetricsAddr().String()+"/debug/requests")
+	// A request is recorded once it has been answered, just after its
+	// client has the answer.
+	var code int
+	var header http.Header
+	var body string
+	eventually(t, "/debug/requests to hold the request", func() bool {
+		code, header, body = get(t, &http.Client{Timeout: 10 * time.Second}, "http://"+s.MetricsAddr().String()+"/debug/requests")
+		return code != http.StatusOK || strings.Contains(body, `"resource":"pods"`)
+	})
 	if code != http.StatusOK || header.Get("Content-Type") != "application/json" {
 		t.Fatalf("/debug/requests: %d %s: %s", code, header.Get("Content-Type"), body)
 	}
