@@ -8,7 +8,7 @@ import (
 // Long-running requests are those kube-apiserver exempts from its
 // --request-timeout: its BasicLongRunningRequestCheck as the control plane
 // configures it. Both gateways bound every other request by the same
-// timeout; skewgate serve classifies with ClassifyRequest, and the Envoy
+// timeout; skewgate serve classifies with Target.Class, and the Envoy
 // routes are rendered from LongRunning. The plugin does not need it.
 var (
 	longRunningVerbs        = [...]string{"proxy", "watch"}
@@ -54,30 +54,50 @@ type RequestClass struct {
 	Mutating bool
 }
 
-// ClassifyRequest sorts a request from its method and request target, as
-// kube-apiserver sorts the RequestInfo it derives from them.
-func ClassifyRequest(method, target string, upgrade bool) RequestClass {
+// Target is a request target parsed once, as kube-apiserver derives its
+// RequestInfo: what a host classifies, records and retries a request by.
+type Target struct {
+	// Path is the decoded path and RawQuery the query as sent; Valid is
+	// false for a malformed percent-escape (SplitRequestTarget), which the
+	// API server answers at once.
+	Path, RawQuery string
+	Valid          bool
+	// Info is what ParseRequestInfo made of it; InfoErr its error (a
+	// verb-only path), whose partial Info still classifies the request as
+	// upstream's filters would.
+	Info    RequestInfo
+	InfoErr error
+}
+
+// ParseTarget parses a request's method and origin-form target.
+func ParseTarget(method, target string) Target {
 	path, rawQuery, ok := SplitRequestTarget(target)
 	if !ok {
-		// The API server answers a malformed target at once.
+		return Target{}
+	}
+	info, err := ParseRequestInfo(method, path, rawQuery)
+	return Target{Path: path, RawQuery: rawQuery, Valid: true, Info: info, InfoErr: err}
+}
+
+// Class sorts the request as kube-apiserver sorts the RequestInfo it
+// derives; upgrade is a protocol upgrade.
+func (t *Target) Class(method string, upgrade bool) RequestClass {
+	if !t.Valid {
 		return RequestClass{LongRunning: upgrade, Mutating: method != "GET"}
 	}
-	// The error case (a verb-only path) is answered at once upstream; what
-	// was parsed still classifies it, as upstream's filters would.
-	info, _ := ParseRequestInfo(method, path, rawQuery)
 	c := RequestClass{LongRunning: upgrade}
-	switch info.Verb {
+	switch t.Info.Verb {
 	case "get", "list", "watch":
 	default:
 		c.Mutating = true
 	}
 	switch {
-	case slices.Contains(longRunningVerbs[:], info.Verb):
+	case slices.Contains(longRunningVerbs[:], t.Info.Verb):
 		c.LongRunning = true
-	case info.IsResourceRequest:
-		c.LongRunning = c.LongRunning || slices.Contains(longRunningSubresources[:], info.Subresource)
+	case t.Info.IsResourceRequest:
+		c.LongRunning = c.LongRunning || slices.Contains(longRunningSubresources[:], t.Info.Subresource)
 	default:
-		c.LongRunning = c.LongRunning || strings.HasPrefix(info.Path, longRunningPathPrefix)
+		c.LongRunning = c.LongRunning || strings.HasPrefix(t.Info.Path, longRunningPathPrefix)
 	}
 	return c
 }

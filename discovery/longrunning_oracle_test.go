@@ -52,11 +52,11 @@ func upstreamClass(method, target string) (class RequestClass, ok bool) {
 
 // The long-running classification is kube-apiserver's: on every probe
 // (captured resources and their subresources, non-resource paths, seeded
-// random requests), ClassifyRequest agrees with BasicLongRunningRequestCheck
+// random requests), Target.Class agrees with BasicLongRunningRequestCheck
 // as kube-apiserver configures it and with its max-in-flight filter's
 // mutating verbs, on the RequestInfo its factory derives; an upgrade is
 // long-running whatever upstream's check says.
-func TestClassifyRequestIsKubeAPIServersClassification(t *testing.T) {
+func TestTargetClassIsKubeAPIServersClassification(t *testing.T) {
 	probes := discoverytest.LongRunningProbes()
 	var compared, longRunning int
 	for _, p := range probes {
@@ -64,10 +64,11 @@ func TestClassifyRequestIsKubeAPIServersClassification(t *testing.T) {
 		if !ok {
 			continue
 		}
-		if got := ClassifyRequest(p.Method, p.Target, false); got != want {
-			t.Errorf("%s %s: ClassifyRequest %+v, kube-apiserver %+v", p.Method, p.Target, got, want)
+		target := ParseTarget(p.Method, p.Target)
+		if got := target.Class(p.Method, false); got != want {
+			t.Errorf("%s %s: Class %+v, kube-apiserver %+v", p.Method, p.Target, got, want)
 		}
-		if !ClassifyRequest(p.Method, p.Target, true).LongRunning {
+		if !target.Class(p.Method, true).LongRunning {
 			t.Errorf("%s %s as an upgrade: not long-running", p.Method, p.Target)
 		}
 		compared++

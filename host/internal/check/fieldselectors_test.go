@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/host/internal/gateway"
 )
 
@@ -18,9 +19,8 @@ import (
 func fakeSkewgate(t *testing.T, requests ...[2]string) string {
 	l := gateway.NewRequestLog(0, 0)
 	for _, r := range requests {
-		req := httptest.NewRequest("GET", "https://gateway.example"+r[0], nil)
-		req.Header.Set("User-Agent", r[1])
-		l.RecordAnswered(req, http.StatusOK)
+		target := discovery.ParseTarget("GET", r[0])
+		l.RecordAnswered(&target, r[1], http.StatusOK)
 	}
 	s := httptest.NewServer(l)
 	t.Cleanup(s.Close)

@@ -315,7 +315,7 @@ type routeClass struct {
 }
 
 // routeClasses are rendered from discovery.LongRunning, the classification
-// skewgate serve applies too (discovery.ClassifyRequest), as far as Envoy can
+// skewgate serve applies too (discovery.Target.Class), as far as Envoy can
 // tell it from the request line and headers. A request is long-running when
 //   - its path is /api/V or /apis/G/V, optionally /namespaces/NS, then
 //     /RESOURCE/NAME/SUBRESOURCE[/...] with a long-running subresource;
@@ -333,7 +333,7 @@ type routeClass struct {
 // whether a watch parameter is on a list nor which word of a path names a
 // namespace, so a namespaced resource named like a subresource
 // (/api/v1/namespaces/NS/log) or a watch parameter on a get matches too.
-// routes_test.go checks this against discovery.ClassifyRequest on the requests
+// routes_test.go checks this against discovery.Target.Class on the requests
 // discoverytest.LongRunningProbes lists.
 var routeClasses = longRunningRouteClasses(discovery.LongRunning())
 

@@ -299,7 +299,8 @@ func TestRoutesClassifyLongRunningRequestsAsDiscoveryDoes(t *testing.T) {
 		}
 		// Behind Envoy, the API server classifies the path Envoy forwards.
 		target := envoyTarget(hcm, p.Target)
-		want := discovery.ClassifyRequest(p.Method, target, p.Upgrade).LongRunning
+		parsed := discovery.ParseTarget(p.Method, target)
+		want := parsed.Class(p.Method, p.Upgrade).LongRunning
 		for _, steered := range []bool{true, false} {
 			got, route := routeIsLongRunning(t, routes, p, target, steered)
 			switch {

@@ -291,8 +291,8 @@ func TestRequestClassIsKubeAPIServers(t *testing.T) {
 		// As upstream: a non-resource request's verb is its method.
 		{"HEAD", "/healthz", discovery.RequestClass{Mutating: true}},
 	} {
-		r := httptest.NewRequest(tc.method, "https://gateway"+tc.target, nil)
-		if got := classify(r); got != tc.want {
+		target := parseTarget(tc.method, tc.target)
+		if got := target.Class(tc.method, false); got != tc.want {
 			t.Errorf("%s %s: %+v, want %+v", tc.method, tc.target, got, tc.want)
 		}
 	}

@@ -460,13 +460,12 @@ func (g *Gateway) pickBalanced(s *state) *backend {
 // request to with the servers in tried left out (discovery's Capable); for a
 // request target the plugin cannot read, which it forwards, every routable
 // server but those.
-func capableServers(ix *discovery.Index, r *http.Request, tried discovery.ServerSet) discovery.ServerSet {
-	path, query, ok := discovery.SplitRequestTarget(requestTarget(r))
-	if !ok {
+func capableServers(ix *discovery.Index, r *http.Request, target *discovery.Target, tried discovery.ServerSet) discovery.ServerSet {
+	if !target.Valid {
 		return ix.Routable() &^ tried
 	}
 	return ix.Capable(&discovery.Request{
-		Method: r.Method, Path: path, Query: query,
+		Method: r.Method, Path: target.Path, Query: target.RawQuery,
 		Accept: r.Header.Get("Accept"), IfNoneMatch: r.Header.Get("If-None-Match"),
 	}, tried)
 }
@@ -478,6 +477,7 @@ var errRequestTimeout = errors.New("the request did not complete within the requ
 // ServeHTTP runs the request through the plugin and carries out its verdict.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
+	target := parseTarget(r.Method, requestTarget(r))
 	rec := &statusRecorder{ResponseWriter: w, sessions: &g.sessions}
 	verdict := verdictNone
 	defer func() {
@@ -489,7 +489,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if rec.hijacked {
 				status = http.StatusSwitchingProtocols
 			}
-			g.opts.Requests.RecordAnswered(r, status)
+			g.opts.Requests.RecordAnswered(&target, r.Header.Get("User-Agent"), status)
 		}
 	}()
 	defer rec.endWrites()
@@ -554,7 +554,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// on HTTP/2, closed connection on HTTP/1.1).
 		panic(http.ErrAbortHandler)
 	default:
-		g.forward(rec, r, s, out.Headers, arrived, classify(r))
+		g.forward(rec, r, &target, s, out.Headers, arrived)
 	}
 }
 
@@ -574,25 +574,27 @@ func (g *Gateway) resolve(s *state, cluster string) (b *backend, frontProxy bool
 
 // forward proxies the request with the plugin's headers to the backend it
 // chose, or to one in round robin.
-func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers [][2]string, arrived time.Time, class discovery.RequestClass) {
+func (g *Gateway) forward(w *statusRecorder, r *http.Request, target *discovery.Target, s *state, headers [][2]string, arrived time.Time) {
+	class := target.Class(r.Method, upgradeType(r.Header) != "")
 	ex := &exchange{
 		state:      s,
 		inbound:    r,
+		target:     target,
 		headers:    headers,
 		upgrade:    upgradeType(r.Header),
 		replayable: r.ContentLength == 0,
 		body:       w.body,
 	}
-	target := (*backend)(nil)
+	to := (*backend)(nil)
 	if cluster, ok := header(headers, g.opts.RoutingHeader); ok {
 		var err error
-		if target, ex.frontProxy, err = g.resolve(s, cluster); err != nil {
+		if to, ex.frontProxy, err = g.resolve(s, cluster); err != nil {
 			g.log.Error("the plugin's routing cannot be carried out", "cluster", cluster, "error", err)
 			g.writeUnavailable(w, err.Error())
 			return
 		}
 	} else {
-		target = g.pickBalanced(s)
+		to = g.pickBalanced(s)
 	}
 	if !ex.replayable && r.ContentLength > 0 && r.ContentLength <= maxReplayableBody {
 		client := peerIP(r.RemoteAddr)
@@ -613,7 +615,7 @@ func (g *Gateway) forward(w *statusRecorder, r *http.Request, s *state, headers 
 		return
 	}
 	defer admitted.release()
-	ex.setBackend(target)
+	ex.setBackend(to)
 	defer ex.release()
 	defer func() { w.upstream = ex.current() }()
 	ctx := context.WithValue(r.Context(), exchangeKey{}, ex)

@@ -31,6 +31,8 @@ import (
 type exchange struct {
 	state   *state
 	inbound *http.Request
+	// target is the inbound request's target, parsed once (parseTarget).
+	target  *discovery.Target
 	headers [][2]string
 	upgrade string
 	// frontProxy: the plugin asserted the identity, so the request (and any
@@ -340,7 +342,7 @@ type replayedBody struct {
 // retryTarget chooses a server the request could have been sent to had the
 // servers it was sent to been down, or nil.
 func (g *Gateway) retryTarget(ex *exchange) *backend {
-	candidates := capableServers(ex.state.index, ex.inbound, ex.tried)
+	candidates := capableServers(ex.state.index, ex.inbound, ex.target, ex.tried)
 	if candidates == 0 {
 		return nil
 	}

@@ -198,11 +198,11 @@ func headerFields(h http.Header) int {
 	return n
 }
 
-// classify sorts the request as kube-apiserver does for its
-// --request-timeout and its max-in-flight filter (discovery.ClassifyRequest).
-func classify(r *http.Request) discovery.RequestClass {
-	return discovery.ClassifyRequest(r.Method, requestTarget(r), upgradeType(r.Header) != "")
-}
+// parseTarget parses a request's target, once a request: the in-flight
+// classification, the request log and the retry set all read what it
+// returns (the plugin, which decides alone in Envoy, parses its own copy). A
+// variable, so that a test can count the calls.
+var parseTarget = discovery.ParseTarget
 
 // requestTarget is the request URI as the client sent it (path and query),
 // in origin form.

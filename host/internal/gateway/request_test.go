@@ -7,12 +7,16 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/host/internal/wasmhost"
 )
 
@@ -140,5 +144,47 @@ func TestClientForwardingHeadersAreReplacedByThePeerAddress(t *testing.T) {
 		{"x-forwarded-for", "203.0.113.9, 10.0.0.1,198.51.100.2,2001:db8::7"}}
 	if !slices.Equal(got.Headers, want) {
 		t.Errorf("headers\n got %q\nwant %q", got.Headers, want)
+	}
+}
+
+// A request's target is parsed once on the gateway's side, however many of
+// its parts read it: the request log, the in-flight classification, and the
+// retry that looks for another capable server (the plugin, which decides
+// alone in Envoy, parses its own copy).
+func TestARequestTargetIsParsedOnce(t *testing.T) {
+	var parses atomic.Int64
+	counting := func(method, target string) discovery.Target {
+		parses.Add(1)
+		return discovery.ParseTarget(method, target)
+	}
+	previous := parseTarget
+	parseTarget = counting
+	t.Cleanup(func() { parseTarget = previous })
+	h := newHarness(t, harnessConfig{servers: retryServers(), refusing: []string{"kube-a"}, plugin: routeTo("kube-a"),
+		options: func(o *Options) { o.Requests = NewRequestLog(0, 0) }})
+	recorded := func() (n uint64) {
+		for _, shape := range h.gw.opts.Requests.Shapes().Shapes {
+			n += shape.Count
+		}
+		return n
+	}
+	for i, tc := range []struct{ name, method, target string }{
+		{"a list with a field selector, retried on another server", "GET", widgets + "?fieldSelector=metadata.name%3Dw"},
+		{"a watch, retried", "GET", widgets + "?watch=1"},
+		{"a create, retried", "POST", widgets},
+	} {
+		parses.Store(0)
+		var body io.Reader
+		if tc.method == "POST" {
+			body = strings.NewReader(`{"kind":"Widget"}`)
+		}
+		resp, got := do(t, h.client(nil, true), tc.method, h.front.URL+tc.target, nil, body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %s", tc.name, resp.StatusCode, got)
+		}
+		waitUntil(t, "the request to be recorded", func() bool { return recorded() == uint64(i+1) })
+		if n := parses.Load(); n != 1 {
+			t.Errorf("%s: the target was parsed %d times, want once", tc.name, n)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -154,14 +155,14 @@ func RecordsStatus(status int) bool {
 	return false
 }
 
-// RecordAnswered counts r's shape, once it was answered with status (what
+// RecordAnswered counts the shape of a request to target by userAgent, once it was answered with status (what
 // the client got: the final status written, 101 for a switched protocol, 0
 // for none), if it is a resource request, RecordsStatus(status) holds and its
 // field selector, if any, names only field paths. A shape already held is
 // counted without allocating.
-func (l *RequestLog) RecordAnswered(r *http.Request, status int) {
-	info, err := discovery.ParseRequestInfo(r.Method, r.URL.Path, r.URL.RawQuery)
-	if err != nil || !info.IsResourceRequest {
+func (l *RequestLog) RecordAnswered(target *discovery.Target, userAgent string, status int) {
+	info := &target.Info
+	if !target.Valid || target.InfoErr != nil || !info.IsResourceRequest {
 		return
 	}
 	if !RecordsStatus(status) {
@@ -170,13 +171,15 @@ func (l *RequestLog) RecordAnswered(r *http.Request, status int) {
 	}
 	key := shapeKey{
 		group: info.APIGroup, version: info.APIVersion, resource: info.Resource, subresource: info.Subresource,
-		verb: info.Verb, userAgent: userAgentProduct(r.Header.Get("User-Agent")),
+		verb: info.Verb, userAgent: userAgentProduct(userAgent),
 	}
 	// The query is read here rather than taken from info: a watch through
 	// the /watch/ path prefix carries its selector too, which RequestInfo
 	// leaves out as upstream's does.
-	if (info.Verb == "list" || info.Verb == "watch") && strings.Contains(r.URL.RawQuery, "fieldSelector") {
-		if selector := r.URL.Query().Get("fieldSelector"); selector != "" {
+	if (info.Verb == "list" || info.Verb == "watch") && strings.Contains(target.RawQuery, "fieldSelector") {
+		// As r.URL.Query() reads it: the first value, malformed pairs skipped.
+		query, _ := url.ParseQuery(target.RawQuery)
+		if selector := query.Get("fieldSelector"); selector != "" {
 			labels, ok := fieldSelectorLabels(selector)
 			if !ok {
 				l.rejectedSelectors.Add(1)

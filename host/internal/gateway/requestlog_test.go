@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/skewgate/skewgate/discovery"
 )
 
 // testClock is a RequestLog's clock that moves only when told.
@@ -25,16 +27,15 @@ func newTestRequestLog(limit int, window time.Duration) (*RequestLog, *testClock
 	return l, clock
 }
 
-func shapeRequest(method, target, userAgent string) *http.Request {
-	r := httptest.NewRequest(method, "https://gateway.example"+target, nil)
-	if userAgent != "" {
-		r.Header.Set("User-Agent", userAgent)
-	}
-	return r
+// recordAnswered records a request of method to target by userAgent, as
+// the gateway does once it was answered with status.
+func recordAnswered(l *RequestLog, method, target, userAgent string, status int) {
+	parsed := discovery.ParseTarget(method, target)
+	l.RecordAnswered(&parsed, userAgent, status)
 }
 
 func recordRequest(l *RequestLog, method, target, userAgent string) {
-	l.RecordAnswered(shapeRequest(method, target, userAgent), http.StatusOK)
+	recordAnswered(l, method, target, userAgent, http.StatusOK)
 }
 
 // shapeNames lists the resources of the shapes held, most frequent first.
@@ -108,8 +109,8 @@ func TestRequestLogRecordsOnlyAnswersThatShowAnAPIServerAuthorizedTheRequest(t *
 	} {
 		t.Run(fmt.Sprint(c.status), func(t *testing.T) {
 			l, _ := newTestRequestLog(0, 0)
-			l.RecordAnswered(shapeRequest("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", "kube-controller-manager/v1.35.4"), c.status)
-			l.RecordAnswered(shapeRequest("GET", "/readyz", "kube-controller-manager/v1.35.4"), c.status) // never counted
+			recordAnswered(l, "GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", "kube-controller-manager/v1.35.4", c.status)
+			recordAnswered(l, "GET", "/readyz", "kube-controller-manager/v1.35.4", c.status) // never counted
 			got := l.Shapes()
 			if recorded := len(got.Shapes) == 1; recorded != c.recorded {
 				t.Fatalf("status %d: recorded %v, want %v: %+v", c.status, recorded, c.recorded, got)
@@ -258,8 +259,10 @@ func TestFullRequestLogEvictsTheLeastRecentlySeenShape(t *testing.T) {
 func TestRequestLogCountsAKnownShapeWithoutAllocating(t *testing.T) {
 	l := NewRequestLog(0, 0)
 	r := kubectlRequest()
-	l.RecordAnswered(r, http.StatusOK)
-	allocs := testing.AllocsPerRun(1000, func() { l.RecordAnswered(r, http.StatusOK) })
+	target := discovery.ParseTarget(r.Method, requestTarget(r))
+	userAgent := r.Header.Get("User-Agent")
+	l.RecordAnswered(&target, userAgent, http.StatusOK)
+	allocs := testing.AllocsPerRun(1000, func() { l.RecordAnswered(&target, userAgent, http.StatusOK) })
 	if allocs != 0 {
 		t.Errorf("counting a known shape allocates %v times", allocs)
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -47,12 +46,8 @@ func TestLongRunningRequestsAreClassifiedAsKubeAPIServerDoes(t *testing.T) {
 	} {
 		name := fmt.Sprintf("%s %s upgrade=%v", tc.method, tc.target, tc.upgrade)
 		t.Run(name, func(t *testing.T) {
-			r := httptest.NewRequest(tc.method, "https://gateway"+tc.target, nil)
-			if tc.upgrade {
-				r.Header.Set("Connection", "Upgrade")
-				r.Header.Set("Upgrade", "websocket")
-			}
-			if got := classify(r).LongRunning; got != tc.want {
+			target := parseTarget(tc.method, tc.target)
+			if got := target.Class(tc.method, tc.upgrade).LongRunning; got != tc.want {
 				t.Errorf("long-running = %v, want %v", got, tc.want)
 			}
 		})
