@@ -45,3 +45,20 @@ func TestHelpExitsCleanly(t *testing.T) {
 		t.Errorf("help lacks the flags: %s", stderr.String())
 	}
 }
+
+// make demo is the first thing a new user runs: it starts, reports and ends
+// without a warning or an error in its log.
+func TestDemoRunsWithoutAWarning(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"--exit-after-report", "--wasm", "../../../build/skewgate.wasm"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d; stderr: %s", code, stderr.String())
+	}
+	for _, level := range []string{"level=WARN", "level=ERROR"} {
+		if strings.Contains(stderr.String(), level) {
+			t.Errorf("the demo logged %s:\n%s", level, stderr.String())
+		}
+	}
+	if !strings.Contains(stdout.String(), "false 404s") {
+		t.Errorf("the demo printed no comparison:\n%s", stdout.String())
+	}
+}

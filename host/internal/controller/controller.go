@@ -277,6 +277,12 @@ func (c *Controller) cordonChanged() {
 }
 
 func (c *Controller) nodeWatchFailed(err error) {
+	if errors.Is(err, errNoHealthyServer) {
+		// Before the first probe, or while every server is down: the
+		// informer tries again, and nothing is wrong with its permissions.
+		c.log.Debug("no healthy API server to read the cordoned nodes from yet")
+		return
+	}
 	if c.nodeErrors.isNew(err) {
 		c.log.Warn("cannot watch the cordoned nodes, so the API servers of cordoned nodes are not drained; does the controller's identity have rbac.yaml's nodes list and watch?", "err", err)
 	}
