@@ -95,30 +95,31 @@ func (r *statusRecorder) watchForStalls(timeout time.Duration) {
 	w.stall.Stop()
 }
 
-// whileWriting runs a write or a flush under the stall timer, if any.
-func (r *statusRecorder) whileWriting(write func() error) error {
-	if r.bounded == nil || r.bounded.stall == nil {
-		return write()
+// stallTimer is the timer a write or a flush runs under (Reset before, Stop
+// after), nil for a response that is not long-running.
+func (r *statusRecorder) stallTimer() *time.Timer {
+	if r.bounded == nil {
+		return nil
 	}
-	r.bounded.stall.Reset(r.bounded.stallTimeout)
-	defer r.bounded.stall.Stop()
-	return write()
+	return r.bounded.stall
 }
 
 // FlushError is what http.ResponseController's Flush calls: the reverse
 // proxy flushes every write of a long-running response, and a flush is where
 // an HTTP/2 write waits for the client's window.
 func (r *statusRecorder) FlushError() error {
-	return r.whileWriting(func() error {
-		switch f := r.ResponseWriter.(type) {
-		case interface{ FlushError() error }:
-			return f.FlushError()
-		case http.Flusher:
-			f.Flush()
-			return nil
-		}
-		return http.ErrNotSupported
-	})
+	if stall := r.stallTimer(); stall != nil {
+		stall.Reset(r.bounded.stallTimeout)
+		defer stall.Stop()
+	}
+	switch f := r.ResponseWriter.(type) {
+	case interface{ FlushError() error }:
+		return f.FlushError()
+	case http.Flusher:
+		f.Flush()
+		return nil
+	}
+	return http.ErrNotSupported
 }
 
 // endWrites is deferred by the handler: from then on no deadline is set.

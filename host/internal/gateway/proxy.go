@@ -469,12 +469,11 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK)
 	}
-	n := 0
-	err := r.whileWriting(func() (err error) {
-		n, err = r.ResponseWriter.Write(b)
-		return err
-	})
-	return n, err
+	if stall := r.stallTimer(); stall != nil {
+		stall.Reset(r.bounded.stallTimeout)
+		defer stall.Stop()
+	}
+	return r.ResponseWriter.Write(b)
 }
 
 // abandonUnreadBody stops reading an HTTP/1.x request body that has not
