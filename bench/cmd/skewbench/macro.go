@@ -345,6 +345,8 @@ func (e *macroEnv) startSkewgate(ctx context.Context, name string, servers []str
 			"--identity-mode=passthrough",
 			"--metrics-bind-address=" + loopback(ports[1]),
 			"--wasm=" + e.cfg.wasm,
+			// The harness waits for the routing it measures in /debug/snapshot.
+			"--debug-handlers",
 		}
 		if e.cfg.profileDir != "" {
 			argv = append(argv, "--profiling")
