@@ -34,7 +34,7 @@ func largePluginConfig(b *testing.B, servers, groups int) []byte {
 		members = append(members, discoverytest.ServerOf(fmt.Sprintf("apiserver-%04d", s), fmt.Sprintf("apiserver-%c", 'a'+s), "v1.36.3", true, apis, core, nil))
 	}
 	raw, err := config.Options{
-		RoutingHeader: DefaultRoutingHeader, RetryAfterSeconds: 5, IdentityMode: IdentityFrontProxy, DiscoveryAuthorizationCacheSeconds: 10,
+		RoutingHeader: DefaultRoutingHeader, RetryAfterSeconds: 5, IdentityMode: config.IdentityFrontProxy, DiscoveryAuthorizationCacheSeconds: 10,
 		SchemaSkewRouting: config.DefaultSchemaSkewRouting,
 	}.Marshal(discoverytest.Encode(7, "", members...))
 	if err != nil {

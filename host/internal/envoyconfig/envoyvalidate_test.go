@@ -265,7 +265,7 @@ func checkBootstrap(doc []byte, ecdsWasm *wasmfilterv3.Wasm) error {
 	if err != nil {
 		return err
 	}
-	if plugin.IdentityMode == IdentityFrontProxy && !downstream.GetRequireClientCertificate().GetValue() {
+	if plugin.IdentityMode == config.IdentityFrontProxy && !downstream.GetRequireClientCertificate().GetValue() {
 		return errors.New("front-proxy identity needs verified client certificates")
 	}
 	steered, balanced, err := checkRoutes(hcm.GetRouteConfig(), plugin.RoutingHeader)
@@ -311,7 +311,7 @@ func checkBootstrap(doc []byte, ecdsWasm *wasmfilterv3.Wasm) error {
 		if c := clusters[srv.Cluster]; c == nil || srv.Cluster == balanced {
 			return fmt.Errorf("snapshot server %s steers to %q, which is not a per-server cluster", srv.ID, srv.Cluster)
 		}
-		if twin := srv.Cluster + discovery.FrontProxyClusterSuffix; mode == IdentityFrontProxy && clusters[twin] == nil {
+		if twin := srv.Cluster + discovery.FrontProxyClusterSuffix; mode == config.IdentityFrontProxy && clusters[twin] == nil {
 			return fmt.Errorf("snapshot server %s has no cluster %q for the requests whose identity the plugin asserts", srv.ID, twin)
 		}
 	}
@@ -787,7 +787,7 @@ func checkCluster(c *clusterv3.Cluster, mode IdentityMode) error {
 	// Only the clusters of asserted identities present the front-proxy
 	// certificate, and only in front-proxy mode.
 	frontProxy := strings.HasSuffix(c.GetName(), discovery.FrontProxyClusterSuffix)
-	if frontProxy && mode != IdentityFrontProxy {
+	if frontProxy && mode != config.IdentityFrontProxy {
 		return fmt.Errorf("a front-proxy cluster in %s identity mode", mode)
 	}
 	if got := len(common.GetTlsCertificates()); got != 0 && !frontProxy {

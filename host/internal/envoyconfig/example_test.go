@@ -50,9 +50,9 @@ func exampleSpec() Spec {
 		ClusterCAPath:      "/etc/skewgate/tls/cluster-ca.crt",
 		FrontProxyCertPath: "/etc/skewgate/tls/front-proxy-client.crt",
 		FrontProxyKeyPath:  "/etc/skewgate/tls/front-proxy-client.key",
-		IdentityMode:       IdentityFrontProxy,
+		IdentityMode:       config.IdentityFrontProxy,
 		WasmPath:           exampleWasmPath,
-		PluginConfig:       examplePluginConfig(IdentityFrontProxy),
+		PluginConfig:       examplePluginConfig(config.IdentityFrontProxy),
 	}
 	for _, s := range exampleServers {
 		spec.Servers = append(spec.Servers, Server{Cluster: s.cluster, Address: s.address, Port: 6443})

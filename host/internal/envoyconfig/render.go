@@ -10,6 +10,7 @@ import (
 	"unicode"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/plugin/config"
 )
 
 // Type URLs of every typed config the rendered documents use.
@@ -132,7 +133,7 @@ func (s *Spec) bootstrap(pluginFilter object, xds *XDSSource) object {
 		// The API servers authenticate the front-proxy certificate, and may
 		// even map it to a user of its own, so only the requests whose
 		// identity the plugin asserts go where it is presented.
-		if s.IdentityMode == IdentityFrontProxy {
+		if s.IdentityMode == config.IdentityFrontProxy {
 			clusters = append(clusters, s.cluster(srv.Cluster+discovery.FrontProxyClusterSuffix, "ROUND_ROBIN", []Server{srv}, true))
 		}
 	}

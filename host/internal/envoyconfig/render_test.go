@@ -168,9 +168,9 @@ func TestRenderOutputDoesNotDependOnServerOrder(t *testing.T) {
 
 func passthroughSpec() Spec {
 	spec := exampleSpec()
-	spec.IdentityMode = IdentityPassthrough
+	spec.IdentityMode = config.IdentityPassthrough
 	spec.ClientCAPath, spec.FrontProxyCertPath, spec.FrontProxyKeyPath = "", "", ""
-	spec.PluginConfig = examplePluginConfig(IdentityPassthrough)
+	spec.PluginConfig = examplePluginConfig(config.IdentityPassthrough)
 	return spec
 }
 
@@ -302,8 +302,8 @@ func TestRenderRejectsInconsistentOrUnsafeSpecs(t *testing.T) {
 		{"front-proxy without client CA", func(s *Spec) { s.ClientCAPath = "" }, "needs a client CA"},
 		{"front-proxy without its key", func(s *Spec) { s.FrontProxyKeyPath = "" }, "front-proxy key path: missing"},
 		{"passthrough presenting the front-proxy certificate", func(s *Spec) {
-			s.IdentityMode = IdentityPassthrough
-			s.PluginConfig = examplePluginConfig(IdentityPassthrough)
+			s.IdentityMode = config.IdentityPassthrough
+			s.PluginConfig = examplePluginConfig(config.IdentityPassthrough)
 		}, "must not present a front-proxy client certificate"},
 		{"unknown identity mode", func(s *Spec) { s.IdentityMode = "impersonate" }, "identity mode"},
 		{"routing header in the identity namespace", func(s *Spec) { s.RoutingHeader = "x-remote-cluster" }, "reserved by the plugin"},
@@ -347,10 +347,10 @@ func TestECDSFlowNeedsNoInlinePluginButChecksEachPush(t *testing.T) {
 	if _, err := RenderECDS(spec, exampleECDSResourcePath); err != nil {
 		t.Fatal(err)
 	}
-	if err := spec.CheckPluginConfig(examplePluginConfig(IdentityFrontProxy)); err != nil {
+	if err := spec.CheckPluginConfig(examplePluginConfig(config.IdentityFrontProxy)); err != nil {
 		t.Fatalf("matching configuration rejected: %v", err)
 	}
-	if err := spec.CheckPluginConfig(examplePluginConfig(IdentityPassthrough)); !errorContains(err, "identityMode") {
+	if err := spec.CheckPluginConfig(examplePluginConfig(config.IdentityPassthrough)); !errorContains(err, "identityMode") {
 		t.Fatalf("configuration with another identity mode: got %v", err)
 	}
 }
@@ -364,7 +364,7 @@ func TestRenderECDSRejectsUnwatchableResourcePaths(t *testing.T) {
 }
 
 func TestRenderECDSResourceRejectsBadInput(t *testing.T) {
-	config := examplePluginConfig(IdentityFrontProxy)
+	config := examplePluginConfig(config.IdentityFrontProxy)
 	for _, tc := range []struct {
 		name, wasmPath, version string
 		config                  []byte

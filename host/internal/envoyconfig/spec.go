@@ -53,11 +53,6 @@ const (
 // credentials or none, never as the front proxy.
 type IdentityMode = config.IdentityMode
 
-const (
-	IdentityPassthrough = config.IdentityPassthrough
-	IdentityFrontProxy  = config.IdentityFrontProxy
-)
-
 // Server is one kube-apiserver and the Envoy clusters that reach only it.
 type Server struct {
 	// Cluster is the Envoy cluster name, the value the plugin writes into the
@@ -163,7 +158,7 @@ func (s *Spec) validate() error {
 		}
 	}
 	switch s.IdentityMode {
-	case IdentityFrontProxy:
+	case config.IdentityFrontProxy:
 		if s.ClientCAPath == "" {
 			errs = append(errs, errors.New("front-proxy identity mode needs a client CA: the asserted identity comes from a verified client certificate"))
 		}
@@ -175,7 +170,7 @@ func (s *Spec) validate() error {
 				errs = append(errs, fmt.Errorf("%s path: %w", f.name, err))
 			}
 		}
-	case IdentityPassthrough:
+	case config.IdentityPassthrough:
 		// The API servers trust X-Remote-* headers on a connection that carries
 		// the front-proxy certificate; without the plugin asserting identity,
 		// presenting it would let clients choose their identity.
