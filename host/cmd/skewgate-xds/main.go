@@ -11,15 +11,14 @@
 package main
 
 import (
-	"context"
 	"io"
+	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/pflag"
 
 	"github.com/skewgate/skewgate/host/internal/cmdline"
+	"github.com/skewgate/skewgate/host/internal/shell"
 	"github.com/skewgate/skewgate/host/internal/xdscontroller"
 )
 
@@ -36,22 +35,10 @@ func run(args []string, stderr io.Writer) int {
 func serve(args []string, stderr io.Writer) error {
 	cfg := xdscontroller.NewConfig()
 	var logs cmdline.LogFlags
-	fs := flags(&cfg, &logs, stderr)
-	if err := cmdline.Parse(fs, args, false); err != nil {
-		return err
-	}
-	logger, err := logs.Logger(os.Stderr)
-	if err != nil {
-		return err
-	}
-	cfg.Logger = logger
-	server, err := xdscontroller.New(cfg)
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return server.Run(ctx)
+	return shell.RunCommand(flags(&cfg, &logs, stderr), &logs, args, func(logger *slog.Logger) (*xdscontroller.Server, error) {
+		cfg.Logger = logger
+		return xdscontroller.New(cfg)
+	})
 }
 
 // flags is the command's flag set, its help written to stderr.

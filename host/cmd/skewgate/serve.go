@@ -1,38 +1,24 @@
 package main
 
 import (
-	"context"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
+	"log/slog"
 
 	"github.com/spf13/pflag"
 
 	"github.com/skewgate/skewgate/host/internal/cmdline"
 	"github.com/skewgate/skewgate/host/internal/serve"
+	"github.com/skewgate/skewgate/host/internal/shell"
 )
 
 // runServe runs the gateway until SIGINT or SIGTERM.
 func runServe(args []string, stderr io.Writer) error {
 	cfg := serve.NewConfig()
 	var logs cmdline.LogFlags
-	fs := serveFlags(&cfg, &logs, stderr)
-	if err := cmdline.Parse(fs, args, false); err != nil {
-		return err
-	}
-	logger, err := logs.Logger(os.Stderr)
-	if err != nil {
-		return err
-	}
-	cfg.Logger = logger
-	server, err := serve.New(cfg)
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return server.Run(ctx)
+	return shell.RunCommand(serveFlags(&cfg, &logs, stderr), &logs, args, func(logger *slog.Logger) (*serve.Server, error) {
+		cfg.Logger = logger
+		return serve.New(cfg)
+	})
 }
 
 // serveFlags is serve's flag set, its help written to stderr.

@@ -82,7 +82,7 @@ func (o *ServingOptions) AddFlags(fs *pflag.FlagSet) {
 // clients' identities are asserted from their certificates.
 func (o *ServingOptions) Validate(plugin *PluginOptions) []error {
 	var errs []error
-	if plugin.frontProxy() && o.ClientCAFile == "" {
+	if plugin.FrontProxy() && o.ClientCAFile == "" {
 		errs = append(errs, errors.New("--identity-mode=front-proxy needs --client-ca-file: asserted identities come from verified client certificates"))
 	}
 	if o.BindAddress != "" {
@@ -141,6 +141,10 @@ func (o *UpstreamOptions) Validate(localAPIServer string) []error {
 	}
 	return errs
 }
+
+// ApplyTo sets the controller's static servers; the certificates the files
+// hold are read by whoever follows them.
+func (o *UpstreamOptions) ApplyTo(opts *controller.Options) { opts.StaticServers = o.APIServers }
 
 // Files are the files the upstream options name.
 func (o *UpstreamOptions) Files() []FileFlag {
@@ -284,7 +288,7 @@ func (o *PluginOptions) AddFlags(fs *pflag.FlagSet) {
 func (o *PluginOptions) Validate(upstream *UpstreamOptions) []error {
 	var errs []error
 	switch mode := pluginconfig.IdentityMode(o.IdentityMode); {
-	case o.frontProxy():
+	case o.FrontProxy():
 		if upstream.ProxyClientCertFile == "" {
 			errs = append(errs, errors.New("--identity-mode=front-proxy needs --proxy-client-cert-file and --proxy-client-key-file"))
 		}
@@ -308,8 +312,18 @@ func (o *PluginOptions) Validate(upstream *UpstreamOptions) []error {
 	return errs
 }
 
-func (o *PluginOptions) frontProxy() bool {
+// FrontProxy reports front-proxy identity mode: the gateway asserts
+// verified client certificates and presents the front-proxy client
+// certificate with them, which is why the controller checks what that
+// certificate alone is allowed.
+func (o *PluginOptions) FrontProxy() bool {
 	return pluginconfig.IdentityMode(o.IdentityMode) == pluginconfig.IdentityFrontProxy
+}
+
+// ApplyTo sets whether the controller checks the front-proxy client
+// certificate: only front-proxy mode presents it for clients.
+func (o *PluginOptions) ApplyTo(opts *controller.Options) {
+	opts.CheckFrontProxyCertificate = o.FrontProxy()
 }
 
 // Config is the plugin configuration's options these flags set.

@@ -6,11 +6,15 @@ package metricstest
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"net/http"
 	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/skewgate/skewgate/plugin/metricdef"
 )
@@ -33,6 +37,35 @@ func Exposition(c prometheus.Collector) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// Endpoint reads what the /metrics endpoint at url serves and checks it:
+// every metric is skewgate's, as metricdef defines it (Defined), or
+// Prometheus' own (go_, process_). served names every metric; err is the
+// failed read or every mistake.
+func Endpoint(url string) (served map[string]bool, err error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	errs := []error{Defined(prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) { return slices.Collect(maps.Values(families)), nil }))}
+	served = map[string]bool{}
+	for name := range families {
+		served[name] = true
+		if !strings.HasPrefix(name, "skewgate_") && !strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") {
+			errs = append(errs, fmt.Errorf("%s: neither skewgate's nor Prometheus' own", name))
+		}
+	}
+	return served, errors.Join(errs...)
 }
 
 // Defined checks every skewgate_ metric g gathers against its definition in

@@ -2,18 +2,15 @@ package serve
 
 import (
 	"bytes"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/pprof"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/skewgate/skewgate/host/internal/promdef"
+	"github.com/skewgate/skewgate/host/internal/shell"
 	"github.com/skewgate/skewgate/host/internal/statuspage"
 	"github.com/skewgate/skewgate/plugin/metricdef"
 )
@@ -22,33 +19,14 @@ import (
 // /debug/requests.
 const DebugHandlersFlag = "debug-handlers"
 
-// metricsHandler serves the operator endpoints.
-func (s *Server) metricsHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metricsRegistry(), promhttp.HandlerOpts{
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-		// A collector that fails costs its own series, not the scrape.
-		ErrorHandling: promhttp.ContinueOnError,
-	}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeText(w, http.StatusOK, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		switch {
-		case s.stopping.Load():
-			writeText(w, http.StatusServiceUnavailable, "not ready: shutting down\n")
-			return
-		case !s.Ready():
-			writeText(w, http.StatusServiceUnavailable, "not ready: no snapshot accepted by the plugin yet\n")
-			return
-		}
-		writeText(w, http.StatusOK, "ok\n")
-	})
+// addOperatorHandlers adds the status page, the debug handlers and the
+// profiles to the operator endpoints the shell serves.
+func (s *Server) addOperatorHandlers(mux *http.ServeMux) {
 	if s.cfg.DebugHandlers {
 		mux.HandleFunc("GET /debug/snapshot", func(w http.ResponseWriter, _ *http.Request) {
 			cur := s.applied.Load()
 			if cur == nil {
-				writeText(w, http.StatusNotFound, "no snapshot accepted yet\n")
+				shell.WriteText(w, http.StatusNotFound, "no snapshot accepted yet\n")
 				return
 			}
 			w.Header().Set("Content-Type", "application/json")
@@ -61,7 +39,7 @@ func (s *Server) metricsHandler() http.Handler {
 		// included, would read them: they are off unless asked for, and
 		// say so.
 		off := func(w http.ResponseWriter, r *http.Request) {
-			writeText(w, http.StatusNotFound, r.URL.Path+" is served only with --"+DebugHandlersFlag+"\n")
+			shell.WriteText(w, http.StatusNotFound, r.URL.Path+" is served only with --"+DebugHandlersFlag+"\n")
 		}
 		mux.HandleFunc("GET /debug/snapshot", off)
 		mux.HandleFunc("GET /debug/requests", off)
@@ -74,14 +52,6 @@ func (s *Server) metricsHandler() http.Handler {
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	return mux
-}
-
-func writeText(w http.ResponseWriter, code int, text string) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	_, _ = io.WriteString(w, text)
 }
 
 func (s *Server) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
@@ -92,7 +62,7 @@ func (s *Server) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
 	var b bytes.Buffer
 	if err := statuspage.Render(&b, in); err != nil {
 		s.log.Error("rendering the status page failed", "error", err)
-		writeText(w, http.StatusInternalServerError, "status page unavailable\n")
+		shell.WriteText(w, http.StatusInternalServerError, "status page unavailable\n")
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -101,32 +71,18 @@ func (s *Server) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(b.Bytes())
 }
 
-// metricsRegistry holds the gateway's, the plugin host's, the controller's,
-// the certificate files' and this server's own metrics, and
-// the Go runtime's and the process's.
-func (s *Server) metricsRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
+// collectors are the gateway's, the plugin host's and the ECDS file's
+// metrics, served beside the shell's.
+func (s *Server) collectors() []prometheus.Collector {
 	counter := func(def *metricdef.Metric, v *atomic.Uint64) prometheus.Collector {
 		return promdef.CounterFunc(def, func() float64 { return float64(v.Load()) })
 	}
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	return []prometheus.Collector{
 		s.gw,
 		pluginMetrics{s.plugins},
-		s.ctrl,
-		s.certificates,
-		promdef.GaugeFunc(&metricdef.ServeReady,
-			func() float64 {
-				if s.Ready() {
-					return 1
-				}
-				return 0
-			}),
 		counter(&metricdef.ServeECDSWrites, &s.counts.ecdsWrites),
 		counter(&metricdef.ServeECDSWriteFailures, &s.counts.ecdsFailures),
-	)
-	return reg
+	}
 }
 
 // pluginMetrics collects the plugin host's metrics once the first snapshot

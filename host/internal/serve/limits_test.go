@@ -43,19 +43,6 @@ func TestMetricsListenerOffLoopbackWarnsThatItIsUnauthenticated(t *testing.T) {
 	}
 }
 
-func TestOperatorListenerBoundsSlowAndIdleConnections(t *testing.T) {
-	f := newFixture(t)
-	s, err := New(f.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := s.metricsServer
-	if m.ReadHeaderTimeout <= 0 || m.ReadTimeout <= 0 || m.WriteTimeout <= 0 || m.IdleTimeout <= 0 {
-		t.Errorf("metrics server timeouts: header %v, read %v, write %v, idle %v; want all bounded",
-			m.ReadHeaderTimeout, m.ReadTimeout, m.WriteTimeout, m.IdleTimeout)
-	}
-}
-
 func TestGatewayAnswers431ToHeadersBeyondSixtyKiB(t *testing.T) {
 	f := newFixture(t)
 	s := f.startServer(t)
@@ -101,7 +88,7 @@ func TestRequestTimeoutAnswersASlowRequest504(t *testing.T) {
 
 func TestFrontProxyModeWarnsWhenTheProxyCertificateAloneIsAUser(t *testing.T) {
 	const warning = "the front-proxy client certificate authenticates as a user on its own"
-	for _, mode := range []string{IdentityFrontProxy, IdentityPassthrough} {
+	for _, mode := range []string{frontProxyMode, passthroughMode} {
 		t.Run(mode, func(t *testing.T) {
 			f := newFixture(t)
 			f.cfg.IdentityMode = mode
@@ -113,12 +100,12 @@ func TestFrontProxyModeWarnsWhenTheProxyCertificateAloneIsAUser(t *testing.T) {
 			probes := f.servers[0].requestsFrom("front-proxy-client")
 			eventually(t, "more polls", func() bool { return f.servers[0].requestsFrom("front-proxy-client") > probes+8 })
 			warned := strings.Contains(logs.String(), warning)
-			if warned != (mode == IdentityFrontProxy) {
+			if warned != (mode == frontProxyMode) {
 				t.Errorf("warned = %v in %s mode:\n%s", warned, mode, logs)
 			}
 			_, _, metrics := get(t, &http.Client{Timeout: 10 * time.Second}, "http://"+s.MetricsAddr().String()+"/metrics")
 			want := "skewgate_controller_front_proxy_certificate_authenticates 0"
-			if mode == IdentityFrontProxy {
+			if mode == frontProxyMode {
 				want = "skewgate_controller_front_proxy_certificate_authenticates 1"
 			}
 			if !strings.Contains(metrics, want) {

@@ -141,21 +141,9 @@ func TestEveryMetricServedIsDefined(t *testing.T) {
 	f := newFixture(t)
 	s := f.startServer(t)
 	forwardOneCountedRequest(t, f, s)
-	reg := s.metricsRegistry()
-	if err := metricstest.Defined(reg); err != nil {
-		t.Error(err)
-	}
-	families, err := reg.Gather()
+	served, err := metricstest.Endpoint("http://" + s.MetricsAddr().String() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
-	}
-	served := map[string]bool{}
-	for _, mf := range families {
-		name := mf.GetName()
-		served[name] = true
-		if !strings.HasPrefix(name, "skewgate_") && !strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") {
-			t.Errorf("%s: neither skewgate's nor Prometheus' own", name)
-		}
 	}
 	// And every definition of what serve runs is served: the labelled ones
 	// once they have a series, the xDS server's with --xds-bind-address.

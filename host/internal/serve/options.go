@@ -16,13 +16,8 @@ import (
 	"github.com/skewgate/skewgate/host/internal/cmdline"
 	"github.com/skewgate/skewgate/host/internal/envoyconfig"
 	"github.com/skewgate/skewgate/host/internal/gateway"
+	"github.com/skewgate/skewgate/host/internal/shell"
 	pluginconfig "github.com/skewgate/skewgate/plugin/config"
-)
-
-// Identity modes (--identity-mode), as the plugin configuration defines them.
-const (
-	IdentityPassthrough = string(pluginconfig.IdentityPassthrough)
-	IdentityFrontProxy  = string(pluginconfig.IdentityFrontProxy)
 )
 
 // Defaults of the options only serve has.
@@ -40,10 +35,9 @@ type Config struct {
 	// files of every group are read again every certfile.DefaultInterval and
 	// their changes used without a restart.
 	cmdline.ServingOptions
-	cmdline.UpstreamOptions
-	cmdline.ControllerOptions
-	// PluginOptions go into the plugin configuration and the gateway alike.
-	cmdline.PluginOptions
+	// Options are the API servers, the controller's and the plugin's: the
+	// plugin options go into the plugin configuration and the gateway alike.
+	shell.Options
 
 	// LocalAPIServer, when set, is the node's own API server (node-local
 	// mode): it takes every request it can serve while it is healthy.
@@ -124,9 +118,8 @@ type Config struct {
 // NewConfig is the configuration of `skewgate serve` without flags.
 func NewConfig() Config {
 	return Config{
-		ServingOptions:    cmdline.NewServingOptions(),
-		ControllerOptions: cmdline.NewControllerOptions(),
-		PluginOptions:     cmdline.NewPluginOptions(),
+		ServingOptions: cmdline.NewServingOptions(),
+		Options:        shell.NewOptions(),
 
 		MetricsBindAddress:               DefaultMetricsBindAddress,
 		RequestTimeout:                   gateway.DefaultRequestTimeout,
@@ -150,9 +143,7 @@ func NewConfig() Config {
 // same.
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	c.ServingOptions.AddFlags(fs)
-	c.UpstreamOptions.AddFlags(fs)
-	c.ControllerOptions.AddFlags(fs)
-	c.PluginOptions.AddFlags(fs)
+	c.Options.AddFlags(fs)
 	fs.StringVar(&c.LocalAPIServer, "local-apiserver", c.LocalAPIServer, "node-local mode: URL of this node's own API server, which takes every request it can serve while it is healthy")
 	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "host:port for /metrics, /healthz, /readyz, the status page and, with --debug-handlers, /debug/snapshot and /debug/requests (plain HTTP)")
 	fs.BoolVar(&c.Profiling, "profiling", c.Profiling, "serve Go's CPU, heap, allocation and goroutine profiles under /debug/pprof/ on the metrics listener")
@@ -221,9 +212,7 @@ func (c Config) complete() (Config, error) {
 // validate reports every mistake, naming its flag.
 func (c *Config) validate() []error {
 	errs := c.ServingOptions.Validate(&c.PluginOptions)
-	errs = append(errs, c.UpstreamOptions.Validate(c.LocalAPIServer)...)
-	errs = append(errs, c.ControllerOptions.Validate(&c.UpstreamOptions, c.LocalAPIServer)...)
-	errs = append(errs, c.PluginOptions.Validate(&c.UpstreamOptions)...)
+	errs = append(errs, c.Options.Validate(c.LocalAPIServer)...)
 	if _, _, err := net.SplitHostPort(c.MetricsBindAddress); err != nil {
 		errs = append(errs, fmt.Errorf("--metrics-bind-address %q: must be host:port: %w", c.MetricsBindAddress, err))
 	}
@@ -259,10 +248,29 @@ func (c *Config) validate() []error {
 	}
 	errs = append(errs, c.checkLimits()...)
 	errs = append(errs, c.checkEnvoy()...)
-	files := append(c.ServingOptions.Files(), c.UpstreamOptions.Files()...)
-	files = append(files, c.ControllerOptions.Files()...)
+	files := append(c.ServingOptions.Files(), c.Options.Files()...)
 	files = append(files, cmdline.FileFlag{Flag: "wasm", Path: c.WasmPath})
 	return append(errs, cmdline.CheckReadable(files)...)
+}
+
+// applyTo sets what the flags decide of the gateway's options: the plugin's
+// routing header and Retry-After, which the gateway uses alike, the
+// timeouts and the limits.
+func (c *Config) applyTo(opts *gateway.Options) {
+	opts.PeerServerName = c.PeerServerName
+	opts.RoutingHeader = c.RoutingHeader
+	opts.RetryAfterSeconds = c.RetryAfterSeconds
+	opts.RequestTimeout = c.RequestTimeout
+	opts.StalledStreamTimeout = c.StalledStreamTimeout
+	opts.MaxRequestsInFlight = c.MaxRequestsInFlight
+	opts.MaxMutatingRequestsInFlight = c.MaxMutatingRequestsInFlight
+	opts.MaxRequestsInFlightPerClient = c.MaxRequestsInFlightPerClient
+	opts.MaxLongRunningRequests = c.MaxLongRunningRequests
+	opts.MaxLongRunningRequestsPerClient = c.MaxLongRunningRequestsPerClient
+	opts.MaxConnections = c.MaxConnections
+	opts.MaxConnectionsPerClient = c.MaxConnectionsPerClient
+	opts.MaxBufferedRequestBytes = c.MaxBufferedRequestBytes
+	opts.MaxBufferedRequestBytesPerClient = c.MaxBufferedRequestBytesPerClient
 }
 
 // checkLimits checks the request and connection limits and the body buffer

@@ -167,7 +167,7 @@ func TestCertificateFilesAreFollowedWithoutCuttingOpenConnections(t *testing.T) 
 
 func TestFrontProxyCertificateFileIsFollowedForAssertedIdentities(t *testing.T) {
 	f := newFixture(t)
-	f.cfg.IdentityMode = IdentityFrontProxy
+	f.cfg.IdentityMode = frontProxyMode
 	f.cfg.ClientCAFile = f.cfg.PeerCAFile
 	s := f.startServer(t)
 	transport := f.gatewayTransport()

@@ -25,13 +25,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/klog/v2"
-
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/host/internal/certfile"
 	"github.com/skewgate/skewgate/host/internal/controller"
 	"github.com/skewgate/skewgate/host/internal/envoyconfig"
 	"github.com/skewgate/skewgate/host/internal/gateway"
+	"github.com/skewgate/skewgate/host/internal/shell"
 	"github.com/skewgate/skewgate/host/internal/wasmhost"
 	pluginconfig "github.com/skewgate/skewgate/plugin/config"
 )
@@ -45,23 +44,18 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	wasm    []byte
-	ctrl    *controller.Controller
+	shell   *shell.Shell
 	gw      *gateway.Gateway
 	plugins *pluginSlot
 	// requests counts the shapes of the requests the gateway receives,
 	// served at /debug/requests for `skewgate check --from-skewgate`.
 	requests *gateway.RequestLog
 
-	certificates *certfile.Watcher
-
-	gatewayServer, metricsServer     *http.Server
-	gatewayListener, metricsListener net.Listener
+	gatewayServer   *http.Server
+	gatewayListener net.Listener
 
 	applied atomic.Pointer[appliedSnapshot]
-	ready   atomic.Bool
-	// stopping is set once shutdown begins: /readyz fails from then on.
-	stopping atomic.Bool
-	counts   counters
+	counts  counters
 }
 
 // appliedSnapshot is a snapshot the plugin accepted.
@@ -83,9 +77,6 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	// client-go and apimachinery log through klog, which is process-wide:
-	// their messages join the structured log instead of stderr.
-	klog.SetSlogLogger(cfg.Logger.With("component", "client-go"))
 	s := &Server{cfg: cfg, log: cfg.Logger, plugins: &pluginSlot{}}
 	if !isLoopback(cfg.MetricsBindAddress) {
 		s.log.Warn("--metrics-bind-address is not a loopback address: /metrics, /debug/snapshot (every API server's discovery) and the status page are served there in plain HTTP without authentication to anyone who can reach it",
@@ -97,26 +88,24 @@ func New(cfg Config) (*Server, error) {
 	if err := s.checkModuleSchemas(); err != nil {
 		return nil, err
 	}
-	// Every certificate, key and CA file is followed: new handshakes use new
-	// material, connections in flight keep theirs.
-	s.certificates = certfile.NewWatcher(cfg.Logger.With("component", "certificates"), certfile.DefaultInterval)
-	peerCA, err := s.certificates.CABundle("--peer-ca-file", cfg.PeerCAFile)
-	if err != nil {
+	if s.shell, err = shell.New(shell.Config{
+		Options:            cfg.Options,
+		LocalAPIServer:     cfg.LocalAPIServer,
+		MetricsBindAddress: cfg.MetricsBindAddress,
+		ShutdownDelay:      cfg.ShutdownDelay,
+		ShutdownTimeout:    cfg.ShutdownTimeout,
+		NotReady:           "no snapshot accepted by the plugin yet",
+		Logger:             cfg.Logger,
+	}); err != nil {
 		return nil, err
 	}
-	serving, err := s.certificates.KeyPair("--tls-cert-file/--tls-private-key-file", cfg.TLSCertFile, cfg.TLSPrivateKeyFile)
+	serving, err := s.shell.Certificates().KeyPair("--tls-cert-file/--tls-private-key-file", cfg.TLSCertFile, cfg.TLSPrivateKeyFile)
 	if err != nil {
 		return nil, err
 	}
 	var clientCA *certfile.CABundle
 	if cfg.ClientCAFile != "" {
-		if clientCA, err = s.certificates.CABundle("--client-ca-file", cfg.ClientCAFile); err != nil {
-			return nil, err
-		}
-	}
-	var proxyClient *certfile.KeyPair
-	if cfg.ProxyClientCertFile != "" {
-		if proxyClient, err = s.certificates.KeyPair("--proxy-client-cert-file/--proxy-client-key-file", cfg.ProxyClientCertFile, cfg.ProxyClientKeyFile); err != nil {
+		if clientCA, err = s.shell.Certificates().CABundle("--client-ca-file", cfg.ClientCAFile); err != nil {
 			return nil, err
 		}
 	}
@@ -124,53 +113,7 @@ func New(cfg Config) (*Server, error) {
 		// Nobody can read the record without the debug handlers.
 		s.requests = gateway.NewRequestLog(gateway.DefaultRequestShapes, cfg.RequestLogWindow)
 	}
-	gwOpts := gateway.Options{
-		Plugin:               s.plugins,
-		Requests:             s.requests,
-		PeerRootCAs:          peerCA.Pool(),
-		PeerServerName:       cfg.PeerServerName,
-		RoutingHeader:        cfg.RoutingHeader,
-		RetryAfterSeconds:    cfg.RetryAfterSeconds,
-		RequestTimeout:       cfg.RequestTimeout,
-		StalledStreamTimeout: cfg.StalledStreamTimeout,
-		Logger:               cfg.Logger,
-		// Requests reach the gateway only once the controller exists.
-		OnServerLost: func(cluster string) { s.ctrl.ServerLost(cluster) },
-
-		MaxRequestsInFlight:              cfg.MaxRequestsInFlight,
-		MaxMutatingRequestsInFlight:      cfg.MaxMutatingRequestsInFlight,
-		MaxRequestsInFlightPerClient:     cfg.MaxRequestsInFlightPerClient,
-		MaxLongRunningRequests:           cfg.MaxLongRunningRequests,
-		MaxLongRunningRequestsPerClient:  cfg.MaxLongRunningRequestsPerClient,
-		MaxConnections:                   cfg.MaxConnections,
-		MaxConnectionsPerClient:          cfg.MaxConnectionsPerClient,
-		MaxBufferedRequestBytes:          cfg.MaxBufferedRequestBytes,
-		MaxBufferedRequestBytesPerClient: cfg.MaxBufferedRequestBytesPerClient,
-	}
-	if cfg.IdentityMode == IdentityFrontProxy {
-		gwOpts.ClientCertificate = proxyClient.Certificate()
-	}
-	if s.gw, err = gateway.New(gwOpts); err != nil {
-		return nil, err
-	}
-	peerCA.OnChange(func() { s.gw.SetPeerRootCAs(peerCA.Pool()) })
-	if cfg.IdentityMode == IdentityFrontProxy {
-		proxyClient.OnChange(func() { s.gw.SetClientCertificate(proxyClient.Certificate()) })
-	}
-	ctrlOpts := controller.Options{
-		StaticServers:         cfg.APIServers,
-		LocalServer:           cfg.LocalAPIServer,
-		PeerCA:                peerCA,
-		FrontProxyCertificate: proxyClient,
-		// Only front-proxy mode presents the certificate for clients.
-		CheckFrontProxyCertificate: cfg.IdentityMode == IdentityFrontProxy,
-		OnSnapshot:                 s.onSnapshot,
-		Logger:                     cfg.Logger.With("component", "controller"),
-	}
-	if err := cfg.ControllerOptions.ApplyTo(&ctrlOpts); err != nil {
-		return nil, err
-	}
-	if s.ctrl, err = controller.New(ctrlOpts); err != nil {
+	if err := s.newGateway(); err != nil {
 		return nil, err
 	}
 	s.gatewayServer = &http.Server{
@@ -193,17 +136,54 @@ func New(cfg Config) (*Server, error) {
 		},
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelInfo),
 	}
-	// The operator endpoints answer small GETs at once: a connection that
-	// takes longer, or idles between scrapes, is closed.
-	s.metricsServer = &http.Server{
-		Handler:           s.metricsHandler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       time.Minute,
-		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelInfo),
+	operator, err := s.shell.Attach(shell.Sink{
+		Take: s.onSnapshot,
+		Serve: func() error {
+			if err := s.gatewayServer.ServeTLS(s.gatewayListener, "", ""); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("gateway listener: %w", err)
+			}
+			return nil
+		},
+		// A client on a kept-alive connection never meets the load
+		// balancer again: answering with Connection: close (HTTP/1.1) and
+		// GOAWAY once idle (HTTP/2) makes it reconnect through it.
+		Draining:   func() { s.gatewayServer.SetKeepAlivesEnabled(false) },
+		Shutdown:   s.drainGateway,
+		Collectors: s.collectors(),
+	})
+	if err != nil {
+		return nil, err
 	}
+	s.addOperatorHandlers(operator)
 	return s, nil
+}
+
+// newGateway builds the gateway, which presents the front-proxy client
+// certificate in front-proxy identity mode only, and has it follow the
+// certificate files.
+func (s *Server) newGateway() error {
+	peerCA, frontProxy := s.shell.PeerCA(), s.shell.FrontProxyCertificate()
+	opts := gateway.Options{
+		Plugin:      s.plugins,
+		Requests:    s.requests,
+		PeerRootCAs: peerCA.Pool(),
+		Logger:      s.log,
+		// Requests reach the gateway only once the controller exists.
+		OnServerLost: func(cluster string) { s.shell.Controller().ServerLost(cluster) },
+	}
+	s.cfg.applyTo(&opts)
+	if s.cfg.FrontProxy() {
+		opts.ClientCertificate = frontProxy.Certificate()
+	}
+	var err error
+	if s.gw, err = gateway.New(opts); err != nil {
+		return err
+	}
+	peerCA.OnChange(func() { s.gw.SetPeerRootCAs(peerCA.Pool()) })
+	if s.cfg.FrontProxy() {
+		frontProxy.OnChange(func() { s.gw.SetClientCertificate(frontProxy.Certificate()) })
+	}
+	return nil
 }
 
 // DefaultWasmPath finds the plugin module when --wasm is not given: next to
@@ -247,110 +227,55 @@ func (s *Server) Listen() error {
 		return fmt.Errorf("gateway listener: %w", err)
 	}
 	s.gatewayListener = s.gw.Listener(s.gatewayListener)
-	if s.metricsListener, err = net.Listen("tcp", s.cfg.MetricsBindAddress); err != nil {
+	if err := s.shell.Listen(); err != nil {
 		s.gatewayListener.Close()
-		return fmt.Errorf("metrics listener: %w", err)
+		return err
 	}
 	return nil
 }
 
 // GatewayAddr and MetricsAddr are the bound addresses, after Listen.
 func (s *Server) GatewayAddr() net.Addr { return s.gatewayListener.Addr() }
-func (s *Server) MetricsAddr() net.Addr { return s.metricsListener.Addr() }
+func (s *Server) MetricsAddr() net.Addr { return s.shell.MetricsAddr() }
 
 // Ready reports whether a snapshot was accepted by the plugin VMs and
 // shutdown has not begun.
-func (s *Server) Ready() bool { return s.ready.Load() && !s.stopping.Load() }
+func (s *Server) Ready() bool { return s.shell.Ready() }
 
 // Serve runs the controller and both listeners until ctx is done, then shuts
-// down as kube-apiserver does: /readyz fails at once, both listeners keep
-// serving for Config.ShutdownDelay, then they stop accepting and in-flight
+// down as kube-apiserver does (shell.Shell.Serve): /readyz fails at once,
+// both listeners keep serving for Config.ShutdownDelay, then in-flight
 // requests drain for at most Config.ShutdownTimeout, after which the rest
-// (long-running watches, exec and port-forward sessions) are cut. Every
-// listener is closed when Serve returns. Listen must have been called.
+// (long-running watches, exec and port-forward sessions) are cut. Routing
+// stays current until the gateway has drained; every listener is closed and
+// the plugin VMs are stopped when Serve returns. Listen must have been
+// called.
 func (s *Server) Serve(ctx context.Context) error {
 	if s.gatewayListener == nil {
 		return errors.New("serve: Listen was not called")
 	}
-	// Routing stays current until the gateway has drained.
-	ctrlCtx, stopController := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopController()
-	var wg sync.WaitGroup
-	errs := make(chan error, 3)
-	wg.Go(func() {
-		if err := s.gatewayServer.ServeTLS(s.gatewayListener, "", ""); !errors.Is(err, http.ErrServerClosed) {
-			errs <- fmt.Errorf("gateway listener: %w", err)
-		}
-	})
-	wg.Go(func() {
-		if err := s.metricsServer.Serve(s.metricsListener); !errors.Is(err, http.ErrServerClosed) {
-			errs <- fmt.Errorf("metrics listener: %w", err)
-		}
-	})
-	controllerDone := make(chan struct{})
-	go func() {
-		defer close(controllerDone)
-		_ = s.ctrl.Run(ctrlCtx)
-	}()
-	certificatesDone := make(chan struct{})
-	go func() {
-		defer close(certificatesDone)
-		_ = s.certificates.Run(ctrlCtx)
-	}()
-	s.log.Info("skewgate serving", "gateway", s.gatewayListener.Addr().String(), "metrics", s.metricsListener.Addr().String(),
+	err := s.shell.Serve(ctx, "skewgate serving", "gateway", s.GatewayAddr().String(), "metrics", s.MetricsAddr().String(),
 		"identity_mode", s.cfg.IdentityMode, "wasm", s.cfg.WasmPath)
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-		s.stopping.Store(true)
-		if delay := s.cfg.ShutdownDelay; delay > 0 {
-			s.log.Info("shutting down: /readyz fails; still serving for the shutdown delay", "delay", delay)
-			// A client on a kept-alive connection never meets the load
-			// balancer again: answering with Connection: close (HTTP/1.1) and
-			// GOAWAY once idle (HTTP/2) makes it reconnect through it.
-			s.gatewayServer.SetKeepAlivesEnabled(false)
-			timer := time.NewTimer(delay)
-			select {
-			case <-timer.C:
-			case runErr = <-errs:
-				timer.Stop()
-			}
-		}
-	case runErr = <-errs:
-	}
-	s.stopping.Store(true)
-	s.log.Info("shutting down: draining in-flight requests", "timeout", s.cfg.ShutdownTimeout)
-	drainCtx, drainCancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
-	defer drainCancel()
-	// The listeners close together, so that a process started in this one's
-	// place can bind every port while it drains.
-	var drain sync.WaitGroup
-	for name, srv := range map[string]*http.Server{"gateway": s.gatewayServer, "metrics": s.metricsServer} {
-		drain.Go(func() {
-			if err := srv.Shutdown(drainCtx); err != nil {
-				s.log.Warn("in-flight requests did not finish in time; closing them", "listener", name, "error", err)
-				_ = srv.Close()
-			}
-		})
-	}
-	// exec, attach and port-forward sessions left http.Server when they
-	// switched protocols; they get the same time, then are ended.
-	drain.Go(func() {
-		if n := s.gw.DrainSessions(drainCtx); n > 0 {
-			s.log.Warn("switched-protocol sessions did not end in time; closing them", "sessions", n)
-		}
-	})
-	drain.Wait()
-	wg.Wait()
-	stopController()
-	<-controllerDone
-	<-certificatesDone
 	s.gw.CloseIdleConnections()
 	if host := s.plugins.host.Load(); host != nil {
 		_ = host.Close(context.Background())
 	}
-	return runErr
+	return err
+}
+
+// drainGateway stops the gateway accepting and lets its in-flight requests
+// finish until ctx ends. exec, attach and port-forward sessions left
+// http.Server when they switched protocols; they get the same time, then
+// are ended.
+func (s *Server) drainGateway(ctx context.Context) {
+	var drain sync.WaitGroup
+	drain.Go(func() { shell.ShutdownServer(ctx, s.log, "gateway", s.gatewayServer) })
+	drain.Go(func() {
+		if n := s.gw.DrainSessions(ctx); n > 0 {
+			s.log.Warn("switched-protocol sessions did not end in time; closing them", "sessions", n)
+		}
+	})
+	drain.Wait()
 }
 
 // Run is Listen and Serve.
@@ -361,8 +286,8 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.Serve(ctx)
 }
 
-// onSnapshot is the controller's hand-over: the snapshot becomes the
-// gateway's and every VM's, or, if the plugin rejects it, the controller keeps
+// onSnapshot is the sink's hand-over (shell.Sink.Take): the snapshot becomes
+// the gateway's and every VM's, or, if the plugin rejects it, the controller keeps
 // the previous one current and offers this one again on its next poll; it
 // counts the refusal (skewgate_controller_publish_errors_total).
 func (s *Server) onSnapshot(ctx context.Context, p controller.Published) error {
@@ -428,7 +353,6 @@ func (s *Server) apply(ctx context.Context, raw []byte, snap *discovery.Snapshot
 	if s.cfg.EnvoyECDSFile != "" {
 		s.writeECDS(config, snap.Generation)
 	}
-	s.ready.Store(true)
 	return nil
 }
 

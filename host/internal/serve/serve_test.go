@@ -24,9 +24,16 @@ import (
 	"github.com/skewgate/skewgate/discovery/discoverytest"
 	"github.com/skewgate/skewgate/host/internal/controller"
 	"github.com/skewgate/skewgate/host/internal/devpki"
+	pluginconfig "github.com/skewgate/skewgate/plugin/config"
 )
 
 const builtPlugin = "../../../build/skewgate.wasm"
+
+// The identity modes as --identity-mode takes them.
+const (
+	frontProxyMode  = string(pluginconfig.IdentityFrontProxy)
+	passthroughMode = string(pluginconfig.IdentityPassthrough)
+)
 
 // apiServer is a minimal kube-apiserver: health, version, its own discovery
 // and resource requests, which it answers with its name.
@@ -436,9 +443,9 @@ func TestConfigMistakesNameTheFlag(t *testing.T) {
 		{"upper-case routing header", func(c *Config) { c.RoutingHeader = "X-Upper" }, `--routing-header "X-Upper": not a lower-case HTTP header name`},
 		{"identity header as routing header", func(c *Config) { c.RoutingHeader = "x-remote-user" }, `--routing-header "x-remote-user": reserved by the plugin`},
 		{"misspelt identity mode", func(c *Config) { c.IdentityMode = "frontproxy" }, `--identity-mode "frontproxy": must be "passthrough" or "front-proxy"`},
-		{"front-proxy without proxy certificate", func(c *Config) { c.IdentityMode = IdentityFrontProxy; c.ClientCAFile = "x" }, "--proxy-client-cert-file"},
+		{"front-proxy without proxy certificate", func(c *Config) { c.IdentityMode = frontProxyMode; c.ClientCAFile = "x" }, "--proxy-client-cert-file"},
 		{"front-proxy without client CA", func(c *Config) {
-			c.IdentityMode = IdentityFrontProxy
+			c.IdentityMode = frontProxyMode
 			c.ProxyClientCertFile, c.ProxyClientKeyFile = "p", "k"
 		}, "--client-ca-file"},
 		{"unknown identity mode", func(c *Config) { c.IdentityMode = "trust-me" }, "--identity-mode"},

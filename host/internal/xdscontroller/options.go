@@ -12,6 +12,7 @@ import (
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/host/internal/cmdline"
 	"github.com/skewgate/skewgate/host/internal/envoyconfig"
+	"github.com/skewgate/skewgate/host/internal/shell"
 	"github.com/skewgate/skewgate/host/internal/xds"
 	pluginconfig "github.com/skewgate/skewgate/plugin/config"
 )
@@ -27,11 +28,9 @@ const (
 // Config is everything skewgate-xds is told on its command line: NewConfig
 // holds the defaults, AddFlags registers every field as its flag, and New
 // validates it, naming the flag of every mistake. The upstream, controller
-// and plugin options are skewgate serve's (package cmdline).
+// and plugin options are skewgate serve's (package shell).
 type Config struct {
-	cmdline.UpstreamOptions
-	cmdline.ControllerOptions
-	cmdline.PluginOptions
+	shell.Options
 
 	// BindAddress is host:port of the management server.
 	BindAddress string
@@ -57,8 +56,7 @@ type Config struct {
 // NewConfig is the configuration of skewgate-xds without flags.
 func NewConfig() Config {
 	return Config{
-		ControllerOptions:   cmdline.NewControllerOptions(),
-		PluginOptions:       cmdline.NewPluginOptions(),
+		Options:             shell.NewOptions(),
 		BindAddress:         DefaultBindAddress,
 		MaxStreams:          xds.DefaultMaxStreams,
 		MaxStreamsPerClient: xds.DefaultMaxStreamsPerClient,
@@ -70,9 +68,7 @@ func NewConfig() Config {
 // current value. The management server's flags keep the names they have in
 // skewgate envoy config and had in skewgate serve.
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
-	c.UpstreamOptions.AddFlags(fs)
-	c.ControllerOptions.AddFlags(fs)
-	c.PluginOptions.AddFlags(fs)
+	c.Options.AddFlags(fs)
 	fs.StringVar(&c.BindAddress, "xds-bind-address", c.BindAddress, "host:port the xDS management server serves the plugin configuration on to Envoys over gRPC (ECDS and ADS)")
 	fs.StringVar(&c.TLSCertFile, "xds-tls-cert-file", c.TLSCertFile, "the xDS server's serving certificate (PEM); reloaded when the file changes")
 	fs.StringVar(&c.TLSPrivateKeyFile, "xds-tls-private-key-file", c.TLSPrivateKeyFile, "the xDS serving certificate's private key (PEM)")
@@ -94,9 +90,7 @@ func (c Config) complete() (Config, error) {
 
 // validate reports every mistake, naming its flag.
 func (c *Config) validate() []error {
-	errs := c.UpstreamOptions.Validate("")
-	errs = append(errs, c.ControllerOptions.Validate(&c.UpstreamOptions, "")...)
-	errs = append(errs, c.PluginOptions.Validate(&c.UpstreamOptions)...)
+	errs := c.Options.Validate("")
 	for _, address := range []struct{ flag, value string }{{"xds-bind-address", c.BindAddress}, {"metrics-bind-address", c.MetricsBindAddress}} {
 		if _, port, err := net.SplitHostPort(address.value); err != nil {
 			errs = append(errs, fmt.Errorf("--%s %q: must be host:port: %w", address.flag, address.value, err))
@@ -124,7 +118,7 @@ func (c *Config) validate() []error {
 	if _, err := c.envoyModuleSchema(); err != nil {
 		errs = append(errs, err)
 	}
-	files := append(c.UpstreamOptions.Files(), c.ControllerOptions.Files()...)
+	files := c.Options.Files()
 	for _, f := range []cmdline.FileFlag{{Flag: "xds-tls-cert-file", Path: c.TLSCertFile}, {Flag: "xds-tls-private-key-file", Path: c.TLSPrivateKeyFile}, {Flag: "xds-client-ca-file", Path: c.ClientCAFile}} {
 		if f.Path != "" {
 			files = append(files, f)
