@@ -44,30 +44,16 @@ type hostileRequest struct {
 
 var hostileRequests = []hostileRequest{
 	{"HTTP/2 GET with :authority \"a b\"", func(addr string, anonymous *tls.Config, path string) (int, error) {
-		return hostileStream(addr, anonymous, func(c *hostileclient.H2Conn) (uint32, error) { return c.Get("a b", path) })
+		return hostileclient.H2Stream(addr, anonymous, hostileAnswerWait, func(c *hostileclient.H2Conn) (uint32, error) { return c.Get("a b", path) })
 	}},
 	{"HTTP/1.1 POST with a malformed chunked body", func(addr string, anonymous *tls.Config, path string) (int, error) {
 		return hostileclient.HTTP1(addr, anonymous, hostileclient.MalformedChunkedBody(path), hostileAnswerWait)
 	}},
 	{"HTTP/2 POST announcing 2,000,000 bytes and sending 10", func(addr string, anonymous *tls.Config, path string) (int, error) {
-		return hostileStream(addr, anonymous, func(c *hostileclient.H2Conn) (uint32, error) {
+		return hostileclient.H2Stream(addr, anonymous, hostileAnswerWait, func(c *hostileclient.H2Conn) (uint32, error) {
 			return c.ShortBody(path, 2_000_000, []byte(`{"kind":1}`))
 		})
 	}},
-}
-
-// hostileStream sends one stream on a new HTTP/2 connection and waits for its status.
-func hostileStream(addr string, anonymous *tls.Config, send func(*hostileclient.H2Conn) (uint32, error)) (int, error) {
-	c, err := hostileclient.DialH2(addr, anonymous, 1<<16)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	id, err := send(c)
-	if err != nil {
-		return 0, err
-	}
-	return c.Status(id, hostileAnswerWait)
 }
 
 // statusCounts counts answers by status; 0 is no answer.

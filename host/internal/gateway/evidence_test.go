@@ -92,16 +92,7 @@ func TestRequestsTheGatewayCannotSendMarkNoServer(t *testing.T) {
 		return hostileclient.HTTP1(h.address(), h.anonymousTLS(), request, 10*time.Second)
 	}
 	http2Stream := func(send func(*hostileclient.H2Conn) (uint32, error)) (int, error) {
-		c, err := hostileclient.DialH2(h.address(), h.anonymousTLS(), 1<<16)
-		if err != nil {
-			return 0, err
-		}
-		defer c.Close()
-		id, err := send(c)
-		if err != nil {
-			return 0, err
-		}
-		return c.Status(id, 10*time.Second)
+		return hostileclient.H2Stream(h.address(), h.anonymousTLS(), 10*time.Second, send)
 	}
 	for _, tc := range []struct {
 		name string

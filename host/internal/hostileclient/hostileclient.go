@@ -99,6 +99,21 @@ func DialH2(addr string, cfg *tls.Config, streamWindow uint32) (*H2Conn, error) 
 	return c, nil
 }
 
+// H2Stream sends one stream on a new HTTP/2 connection to addr with send and
+// returns the status of its answer, or an error when none came within wait.
+func H2Stream(addr string, cfg *tls.Config, wait time.Duration, send func(*H2Conn) (uint32, error)) (int, error) {
+	c, err := DialH2(addr, cfg, 1<<16)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	id, err := send(c)
+	if err != nil {
+		return 0, err
+	}
+	return c.Status(id, wait)
+}
+
 // Close closes the connection.
 func (c *H2Conn) Close() error { return c.conn.Close() }
 

@@ -82,10 +82,10 @@ func TestHostileRequestsLeaveEveryServerHealthyForOtherClients(t *testing.T) {
 					return hostileclient.HTTP1(addr, anonymous, hostileclient.MalformedChunkedBody(leaseCandidates), 5*time.Second)
 				},
 				func() (int, error) {
-					return h2Attack(addr, anonymous, func(c *hostileclient.H2Conn) (uint32, error) { return c.Get("a b", leaseCandidates) })
+					return hostileclient.H2Stream(addr, anonymous, 5*time.Second, func(c *hostileclient.H2Conn) (uint32, error) { return c.Get("a b", leaseCandidates) })
 				},
 				func() (int, error) {
-					return h2Attack(addr, anonymous, func(c *hostileclient.H2Conn) (uint32, error) {
+					return hostileclient.H2Stream(addr, anonymous, 5*time.Second, func(c *hostileclient.H2Conn) (uint32, error) {
 						return c.ShortBody(leaseCandidates, 2_000_000, []byte(`{"kind":1}`))
 					})
 				},
@@ -116,19 +116,6 @@ func TestHostileRequestsLeaveEveryServerHealthyForOtherClients(t *testing.T) {
 	if !allHealthy(s) {
 		t.Errorf("servers marked unhealthy: %+v", s.applied.Load().snap.Servers)
 	}
-}
-
-func h2Attack(addr string, cfg *tls.Config, send func(*hostileclient.H2Conn) (uint32, error)) (int, error) {
-	c, err := hostileclient.DialH2(addr, cfg, 1<<16)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	id, err := send(c)
-	if err != nil {
-		return 0, err
-	}
-	return c.Status(id, 5*time.Second)
 }
 
 // Four connections of 100 streams that never open their flow-control window
