@@ -19,7 +19,7 @@ import (
 
 // pluginCallDepthBudget is the deepest nesting of guest calls the plugin may reach in any callback, and the limit
 // the behaviour suite runs under. Envoy's WAMR runtime gives a VM a 32 KiB stack, which overflowed at 59 frames
-// when the snapshot parser recursed. The plugin's own code now runs at most 17 deep; the Go runtime's allocator
+// when the snapshot parser recursed. The plugin's own code now runs at most 18 deep; the Go runtime's allocator
 // and collector can stack about 27 frames on its deepest allocation, depending on the heap they find.
 const pluginCallDepthBudget = 44
 
