@@ -592,13 +592,14 @@ func (g *Gateway) resolve(s *state, cluster string) (b *backend, frontProxy bool
 // forward proxies the request with the plugin's headers to the backend it
 // chose, or to one in round robin.
 func (g *Gateway) forward(w *statusRecorder, r *http.Request, target *discovery.Target, s *state, headers [][2]string, arrived time.Time) {
-	class := target.Class(r.Method, upgradeType(r.Header) != "")
+	upgrade := upgradeType(r.Header)
+	class := target.Class(r.Method, upgrade != "")
 	ex := &exchange{
 		state:      s,
 		inbound:    r,
 		target:     target,
 		headers:    headers,
-		upgrade:    upgradeType(r.Header),
+		upgrade:    upgrade,
 		replayable: r.ContentLength == 0,
 		body:       w.body,
 	}
