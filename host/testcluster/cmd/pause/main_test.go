@@ -109,13 +109,22 @@ func TestPauseReapsTheOrphansOfItsPIDNamespace(t *testing.T) {
 	}
 
 	// The shell exits at once; its sleep is orphaned and becomes a child of the namespace's init.
-	orphan := exec.Command("nsenter", "--target", strconv.Itoa(pausePID), "--pid", "--", "sh", "-c", "sleep 1 & exit 0")
+	// The sleep outlives any scheduling delay; the test ends it once pause has adopted it.
+	orphan := exec.Command("nsenter", "--target", strconv.Itoa(pausePID), "--pid", "--", "sh", "-c", "sleep 300 >/dev/null 2>&1 & exit 0")
 	if out, err := orphan.CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	kids, err := children(pausePID)
 	if err != nil || len(kids) != 1 {
 		t.Fatalf("pause's children after the orphaning: %v (%v), want the orphaned sleep", kids, err)
+	}
+	orphanPID, err := strconv.Atoi(kids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Killed, the orphan stays a zombie child of pause until pause reaps it.
+	if err := syscall.Kill(orphanPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
 	}
 	err = waitFor(10*time.Second, func() error {
 		kids, err := children(pausePID)
