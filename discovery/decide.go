@@ -22,6 +22,18 @@ type Request struct {
 	// was already routed by a peer and must be served where it lands, as upstream
 	// does.
 	PeerProxied bool
+	// ContentType and ContentLength are the body's media type ("" when
+	// absent) and declared length (-1 when unknown); a write whose fields
+	// matter is routed by its body only when the plugin reads that type and
+	// the length is at most MaxInspectedBody.
+	ContentType   string
+	ContentLength int64
+	// Body is the request body once read, nil before. BodyAwaitable says
+	// that the caller can wait for the body and decide again with it: a
+	// write whose body would change the decision is then answered
+	// AwaitBody. Without it, or with the body, the decision is final.
+	Body          []byte
+	BodyAwaitable bool
 }
 
 // Action is what the gateway must do with a request.
@@ -45,9 +57,13 @@ const (
 	// times out every health probe at once says more about the prober than
 	// about the servers.
 	Unavailable
+	// AwaitBody asks for the request body: the servers differ in the fields
+	// of what the write addresses, and only its body says which it sets.
+	// Decide again with Request.Body set.
+	AwaitBody
 )
 
-var actionNames = [...]string{"Forward", "Route", "ServeDocument", "NotModified", "Unavailable"}
+var actionNames = [...]string{"Forward", "Route", "ServeDocument", "NotModified", "Unavailable", "AwaitBody"}
 
 func (a Action) String() string {
 	if int(a) < len(actionNames) {
@@ -71,6 +87,9 @@ type Decision struct {
 	NoPeer bool
 	// Document is set for ServeDocument and NotModified.
 	Document *Document
+	// Body tells whether the decision depended on the body, and whether it
+	// was read.
+	Body BodyUse
 	// Group, Version and Resource name what was looked up (Resource is empty for
 	// discovery documents); used for the 503 body and for metrics.
 	Group, Version, Resource string
@@ -159,6 +178,9 @@ func (ix *Index) decide(req *Request, c choice) (Decision, ServerSet) {
 		return d, from
 	}
 	target, capable, unknown := ix.lookup(req)
+	if target.Action == AwaitBody {
+		return target, 0
+	}
 	if unknown && ix.routable != ix.all {
 		// Nobody serves it as far as the snapshot knows, but an unhealthy
 		// server's documents are those it had before it went down: back from
@@ -174,7 +196,7 @@ func (ix *Index) decide(req *Request, c choice) (Decision, ServerSet) {
 	// Only resource requests carry the peer-proxied mark; discovery documents
 	// are never proxied upstream.
 	d.Rerouted = d.Rerouted && target.Resource != ""
-	d.Group, d.Version, d.Resource = target.Group, target.Version, target.Resource
+	d.Group, d.Version, d.Resource, d.Body = target.Group, target.Version, target.Resource, target.Body
 	return d, from
 }
 
@@ -198,7 +220,11 @@ func (ix *Index) lookup(req *Request) (target Decision, capable ServerSet, unkno
 		gvr := groupVersionResource{info.APIGroup, info.APIVersion, info.Resource}
 		capable = ix.gvr[gvr]
 		if f := ix.fields[gvr]; f != nil && capable != 0 {
-			capable, unknown = ix.narrowForFields(f, req, &info, capable)
+			var await bool
+			capable, unknown, target.Body, await = ix.narrowForFields(f, req, &info, capable)
+			if await {
+				target.Action = AwaitBody
+			}
 		}
 		return target, capable, unknown || capable == 0
 	case req.Method != "GET" && req.Method != "HEAD":

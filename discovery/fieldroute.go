@@ -1,6 +1,10 @@
 package discovery
 
-import "slices"
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
 
 // IndexOptions are the routing choices an index makes that the snapshot does
 // not carry: the operator's, given in the plugin configuration.
@@ -20,6 +24,9 @@ type resourceFields struct {
 	// lacking are the servers whose schema of it lacks fields another
 	// server's has.
 	lacking ServerSet
+	// skew is what each server's schema has of the fields that differ; nil
+	// when the snapshot does not say (Snapshot.FieldSkew).
+	skew *skewTree
 }
 
 type acceptedLabel struct {
@@ -66,6 +73,42 @@ func (ix *Index) indexFields(snap *Snapshot) {
 			fieldsOf(key).lacking |= bit
 		}
 	}
+	for key, skew := range snap.FieldSkew {
+		fieldsOf(key).skew = newSkewTree(&skew)
+	}
+	ix.minors = make([]int, len(snap.Servers))
+	for i := range snap.Servers {
+		ix.minors[i] = minorOf(snap.Servers[i].Version)
+	}
+}
+
+// minorOf orders gitVersions ("v1.31.4") by their major and minor release;
+// one it cannot read comes first.
+func minorOf(version string) int {
+	major, rest, _ := strings.Cut(strings.TrimPrefix(version, "v"), ".")
+	minor, _, _ := strings.Cut(rest, ".")
+	ma, errMajor := strconv.Atoi(major)
+	mi, errMinor := strconv.Atoi(minor)
+	if errMajor != nil || errMinor != nil || ma < 0 || mi < 0 || mi >= 1000 {
+		return -1
+	}
+	return ma*1000 + mi
+}
+
+// newestMinor is the part of set whose servers run the newest minor release
+// of those in it.
+func (ix *Index) newestMinor(set ServerSet) ServerSet {
+	newest, of := -2, ServerSet(0)
+	for i := range ix.minors {
+		switch m := ix.minors[i]; {
+		case !set.Has(i):
+		case m > newest:
+			newest, of = m, 1<<uint(i)
+		case m == newest:
+			of |= 1 << uint(i)
+		}
+	}
+	return of
 }
 
 // narrowForFields is the part of the capable servers that can serve a
@@ -78,27 +121,56 @@ func (ix *Index) indexFields(snap *Snapshot) {
 //     accept every label; when none does, or the selector is one upstream
 //     rejects, every capable server answers alike (with a 400), and
 //     unaccepted is set when it is because none accepts a label;
-//   - a request for a resource whose schema some capable servers lack fields
-//     of goes to the others that are routable, writes only if options say
-//     so; when every routable capable server lacks some field, to any of
-//     them. A server that is down lists no missing fields because the
-//     controller compares only the servers that answer: what it lacks is
-//     unknown, so it is never the complete one.
-func (ix *Index) narrowForFields(f *resourceFields, req *Request, info *RequestInfo, capable ServerSet) (narrowed ServerSet, unaccepted bool) {
+//   - a request for a resource whose schema differs between the servers
+//     (writes only if options say so) goes, of the routable capable servers,
+//     to those whose schema has every field its body sets, when the body is
+//     read (a create, update or patch of the object or its status in a media
+//     type the plugin reads); of those, to the ones that lack no field of
+//     the resource, else to those of the newest minor release: each server
+//     writes back only the stored fields its schema has, and the newest
+//     release has the fields newer clients set (RATIONALE: "Why route writes
+//     by the fields their body sets?"). When none has every field, the body
+//     is invalid everywhere and any of them says so. A server that is down
+//     lists no missing fields because the controller compares only the
+//     servers that answer: what it lacks is unknown, so it is never chosen
+//     for a field it may lack.
+//
+// body says what was made of the body; await is set instead of a decision
+// when the body would decide and the caller can wait for it.
+func (ix *Index) narrowForFields(f *resourceFields, req *Request, info *RequestInfo, capable ServerSet) (narrowed ServerSet, unaccepted bool, body BodyUse, await bool) {
 	if f.labels != nil && readsWithSelector(req.Method, info) {
 		if accepting, ok := acceptingServers(f.labels, req.Query); ok {
 			if accepting&capable == 0 {
-				return capable, true
+				return capable, true, BodyNotConsulted, false
 			}
 			capable &= accepting
 		}
 	}
-	if f.lacking != 0 && (!ix.options.SchemaSkewWritesOnly || isWriteMethod(req.Method)) {
-		if complete := capable & ix.routable &^ f.lacking; complete != 0 {
-			capable = complete
+	if f.lacking == 0 && f.skew == nil || ix.options.SchemaSkewWritesOnly && !isWriteMethod(req.Method) {
+		return capable, false, BodyNotConsulted, false
+	}
+	candidates := capable & ix.routable
+	if candidates == 0 {
+		return capable, false, BodyNotConsulted, false
+	}
+	if f.skew != nil && bodySetsFields(req.Method, info) {
+		switch body = BodyUnreadable; {
+		case !bodyReadable(req):
+		case req.Body == nil && req.BodyAwaitable:
+			return capable, false, BodyNotConsulted, true
+		case req.Body != nil:
+			if knowing, ok := f.skew.knowingEveryField(req.Body, bodyFormatOf(req.ContentType)); ok {
+				body = BodyRead
+				if all := candidates & knowing; all != 0 {
+					candidates = all
+				}
+			}
 		}
 	}
-	return capable, false
+	if complete := candidates &^ f.lacking; complete != 0 {
+		return complete, false, body, false
+	}
+	return ix.newestMinor(candidates), false, body, false
 }
 
 // readsWithSelector reports the requests upstream reads a field selector

@@ -191,29 +191,31 @@ func TestResourceWhoseSchemasDifferGoesToServersLackingNothing(t *testing.T) {
 			}
 		}
 	})
-	t.Run("every server lacks something", func(t *testing.T) {
+	t.Run("every server lacks something: the newest minor takes it", func(t *testing.T) {
+		// Each server writes back only the stored fields its schema has;
+		// the newest release has those newer clients set.
 		ix := fieldIndex(t, IndexOptions{}, func(s []Server) {
 			s[1].MissingFields = map[string][]string{"apps/v1/deployments": {"spec.a"}}
 			s[2].MissingFields = map[string][]string{"apps/v1/deployments": {"spec.b"}}
 		})
-		if d := ix.Decide(&Request{Method: "POST", Path: "/apis/apps/v1/namespaces/ns/deployments"}, 0); d.Action != Forward {
-			t.Errorf("decision %+v; want no server preferred when none has every field", d)
-		}
+		checkFieldCases(t, ix, []fieldCase{
+			{"create", "POST", "/apis/apps/v1/namespaces/ns/deployments", "", Route, 0b110},
+			{"get", "GET", "/apis/apps/v1/namespaces/ns/deployments/d", "", Route, 0b110},
+		})
 	})
 	t.Run("a server that is down is not complete", func(t *testing.T) {
 		// The controller compares only the servers that answer, so a server
 		// that is down lists no missing fields: what it lacks is unknown,
-		// not nothing. Here kube-a and kube-b each lack a field and kube-c
-		// is down, as when the second node's server of a 1.30 -> 1.31
-		// upgrade restarts beside a 1.30 and a 1.31 one: the two that
-		// answer serve every request of the kind.
+		// not nothing. Here kube-a (1.35) and kube-b (1.36) each lack a
+		// field and kube-c is down: the newest of those that answer serves
+		// the kind.
 		ix := fieldIndex(t, IndexOptions{}, func(s []Server) {
 			s[1].MissingFields = map[string][]string{"apps/v1/deployments": {"spec.a"}}
 			s[2].Healthy = false
 		})
 		for _, method := range []string{"GET", "PATCH"} {
-			if d := ix.Decide(&Request{Method: method, Path: "/apis/apps/v1/namespaces/ns/deployments/d"}, 0); d.Action != Forward {
-				t.Errorf("%s: decision %+v; want the healthy servers' balancing, not the down one", method, d)
+			if d := ix.Decide(&Request{Method: method, Path: "/apis/apps/v1/namespaces/ns/deployments/d"}, 0); d.Action != Route || d.Server != 1 {
+				t.Errorf("%s: decision %+v; want kube-b, the newest that answers, not the down one", method, d)
 			}
 		}
 		// A complete server that answers still takes the writes.

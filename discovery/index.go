@@ -72,7 +72,10 @@ type Index struct {
 	openAPI openAPIIndex
 	// fields holds the resources the servers know different fields of;
 	// nil when the snapshot says nothing about fields.
-	fields  map[groupVersionResource]*resourceFields
+	fields map[groupVersionResource]*resourceFields
+	// minors order the servers by release (minorOf), for the writes and
+	// reads of a resource whose schemas differ.
+	minors  []int
 	options IndexOptions
 }
 

@@ -25,7 +25,7 @@ import (
 // older readers refuse that document, not every document.
 const (
 	SchemaMajor = 1
-	SchemaMinor = 2
+	SchemaMinor = 3
 )
 
 // SchemaVersion is a version of the controller–module contract.

@@ -30,6 +30,11 @@ type Snapshot struct {
 	// balanced over all servers.
 	Preferred string
 	Servers   []Server
+	// FieldSkew maps a resource (ResourceKey) whose schemas differ between
+	// the servers to what each server's schema has of the paths that
+	// differ. Nil: no such resource, or no field-level knowledge. Since
+	// schema 1.3.
+	FieldSkew map[string]FieldSkew
 	// Ignored names the members of a document of a newer minor schema
 	// version that the reader did not know, once each, array indexes left
 	// out ("servers[].example"); empty for what NewSnapshot builds.
@@ -298,6 +303,8 @@ var snapshotMembers = [...]member[Snapshot]{
 			return append(dst, ']')
 		},
 	},
+	// Since schema 1.3.
+	fieldSkewMember,
 }
 
 // serverMembers is one server of the snapshot. Its members are each a fixed
@@ -463,7 +470,10 @@ func (s *Snapshot) Validate() error {
 	if _, ok := ids[s.Preferred]; s.Preferred != "" && !ok {
 		return fmt.Errorf("snapshot: preferred: %q is the id of no server in the snapshot", s.Preferred)
 	}
-	return s.checkFieldData()
+	if err := s.checkFieldData(); err != nil {
+		return err
+	}
+	return s.checkFieldSkew()
 }
 
 // CheckPlacement reports what keeps the list from being a server's /api (core
