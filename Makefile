@@ -36,6 +36,7 @@ FUZZ_TARGETS := \
 	./discovery:FuzzParseSnapshot \
 	./discovery:FuzzJSONValue \
 	./discovery:FuzzSplitRequestTarget \
+	./discovery:FuzzBodyWalkAgreesWithDecodingTheBody \
 	./plugin:FuzzIdentityFromSubject \
 	./host/internal/gateway:FuzzSubjectRFC2253 \
 	./host/internal/gateway:FuzzAssertedIdentity \

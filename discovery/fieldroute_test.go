@@ -9,7 +9,7 @@ import (
 // fieldIndex indexes the servers of withFieldData (kube-a accepts only
 // metadata.name and metadata.namespace for pods, kube-b and kube-c also
 // spec.nodeName; kube-a's deployments lack fields) after edit, with options.
-func fieldIndex(t *testing.T, options IndexOptions, edit func([]Server)) *Index {
+func fieldIndex(t *testing.T, options IndexOptions, edit func([]Server), snapEdits ...func(*Snapshot)) *Index {
 	t.Helper()
 	servers := withFieldData(t)
 	if edit != nil {
@@ -18,6 +18,9 @@ func fieldIndex(t *testing.T, options IndexOptions, edit func([]Server)) *Index 
 	snap, err := NewSnapshot(1, "", servers)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, edit := range snapEdits {
+		edit(snap)
 	}
 	ix, err := NewIndexWith(snap, options)
 	if err != nil {
