@@ -10,11 +10,15 @@ import (
 // metricdef defines; Envoy exports them under its wasmcustom namespace, which
 // its Prometheus output strips, skewgate's host on its /metrics endpoint.
 type metrics struct {
-	rerouted               proxywasm.MetricCounter
-	discoveryServed        proxywasm.MetricCounter
-	notModified            proxywasm.MetricCounter
-	unavailable            proxywasm.MetricCounter
-	noPeerForwarded        proxywasm.MetricCounter
+	rerouted        proxywasm.MetricCounter
+	discoveryServed proxywasm.MetricCounter
+	notModified     proxywasm.MetricCounter
+	unavailable     proxywasm.MetricCounter
+	noPeerForwarded proxywasm.MetricCounter
+	// Writes of a resource whose schemas differ, routed by the fields their
+	// body sets, and those whose body could not be read.
+	routedByBody           proxywasm.MetricCounter
+	unreadableBodies       proxywasm.MetricCounter
 	rejectedConfigurations proxywasm.MetricCounter
 	// Configurations of a schema version this module cannot honour (also
 	// counted as rejected), and the fields of a newer minor version it
@@ -41,6 +45,8 @@ func defineMetrics() *metrics {
 		notModified:            proxywasm.DefineCounterMetric(metricdef.PluginMergedDiscoveryNotModified.Name),
 		unavailable:            proxywasm.DefineCounterMetric(metricdef.PluginUnavailableResponses.Name),
 		noPeerForwarded:        proxywasm.DefineCounterMetric(metricdef.PluginNoPeerDiscoveryForwarded.Name),
+		routedByBody:           proxywasm.DefineCounterMetric(metricdef.PluginWritesRoutedByBody.Name),
+		unreadableBodies:       proxywasm.DefineCounterMetric(metricdef.PluginWriteBodiesUnreadable.Name),
 		rejectedConfigurations: proxywasm.DefineCounterMetric(metricdef.PluginConfigurationRejections.Name),
 		schemaRejections:       proxywasm.DefineCounterMetric(metricdef.PluginConfigurationSchemaRejections.Name),
 		ignoredFields:          proxywasm.DefineCounterMetric(metricdef.PluginConfigurationIgnoredFields.Name),

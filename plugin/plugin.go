@@ -137,6 +137,10 @@ type httpContext struct {
 	// headers and in are the request as it arrived.
 	headers [][2]string
 	in      inbound
+	// id is the identity the request asserts (front-proxy mode), nil for none.
+	id *certIdentity
+	// awaitingBody is set while the decision waits for the request body.
+	awaitingBody bool
 	// pending is the merged discovery answer waiting for its authorization.
 	pending pendingDiscovery
 }
@@ -144,7 +148,9 @@ type httpContext struct {
 // inbound is what the plugin reads from the request headers in one pass.
 type inbound struct {
 	method, path, authority, accept, ifNoneMatch string
-	peerProxied                                  string
+	peerProxied, contentType                     string
+	// contentLength is the declared body length, -1 when absent or unreadable.
+	contentLength int64
 	// strip is set when the request carries a header the client must not
 	// control: an identity assertion, the backend choice or an untrusted
 	// peer-proxied marker.
@@ -154,7 +160,7 @@ type inbound struct {
 // noServer is the target of a request left to the gateway's load balancing.
 const noServer = -1
 
-func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
+func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 	if h.cfg == nil {
 		// Only reachable on a host that sends traffic to a root context whose
 		// configuration failed; Envoy and skewgate's host never do.
@@ -166,10 +172,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		return h.unavailable(&discovery.Decision{})
 	}
 	h.headers, h.in = headers, h.scan(headers)
-	var id *certIdentity
 	if h.cfg.IdentityMode == config.IdentityFrontProxy {
 		var ok bool
-		if id, ok = h.clientIdentity(); !ok {
+		if h.id, ok = h.clientIdentity(); !ok {
 			return h.unauthorized()
 		}
 	}
@@ -177,7 +182,60 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	// A malformed request target is the API server's to reject.
 	d := discovery.Decision{Action: discovery.Forward}
 	if req, ok := h.request(&h.in); ok {
+		req.BodyAwaitable = !endOfStream
 		d = h.cfg.Index.Decide(&req, h.plugin.picks)
+	}
+	if d.Action == discovery.AwaitBody {
+		// The host buffers the body (Envoy up to its buffer limit, which
+		// MaxInspectedBody does not pass) and calls OnHttpRequestBody.
+		h.awaitingBody = true
+		return types.ActionPause
+	}
+	return h.carryOut(&d)
+}
+
+// OnHttpRequestBody decides a write whose body says which servers can store
+// it, once the host has buffered all of it.
+func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) types.Action {
+	if !h.awaitingBody {
+		return types.ActionContinue
+	}
+	if !endOfStream {
+		return types.ActionPause
+	}
+	return h.decideWithBody(bodySize)
+}
+
+// OnHttpRequestTrailers ends a body that trailers follow.
+func (h *httpContext) OnHttpRequestTrailers(int) types.Action {
+	if !h.awaitingBody {
+		return types.ActionContinue
+	}
+	return h.decideWithBody(discovery.MaxInspectedBody)
+}
+
+func (h *httpContext) decideWithBody(bodySize int) types.Action {
+	h.awaitingBody = false
+	d := discovery.Decision{Action: discovery.Forward}
+	if req, ok := h.request(&h.in); ok {
+		// Unread, the body is routed as one the plugin cannot read.
+		if body, err := proxywasm.GetHttpRequestBody(0, bodySize); err == nil && len(body) > 0 {
+			req.Body = body
+		} else if err != nil {
+			proxywasm.LogWarnf("skewgate: cannot read the request body: %v", err)
+		}
+		d = h.cfg.Index.Decide(&req, h.plugin.picks)
+	}
+	return h.carryOut(&d)
+}
+
+// carryOut does what the decision says.
+func (h *httpContext) carryOut(d *discovery.Decision) types.Action {
+	switch d.Body {
+	case discovery.BodyRead:
+		h.plugin.metrics.routedByBody.Increment(1)
+	case discovery.BodyUnreadable:
+		h.plugin.metrics.unreadableBodies.Increment(1)
 	}
 	if d.NoPeer {
 		h.plugin.metrics.noPeerForwarded.Increment(1)
@@ -188,15 +246,15 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		if d.Rerouted {
 			h.plugin.metrics.rerouted.Increment(1)
 		}
-		return h.forward(d.Server, id, d.Rerouted)
+		return h.forward(d.Server, h.id, d.Rerouted)
 	case discovery.ServeDocument, discovery.NotModified:
-		return h.authorizeDiscovery(&d, id)
+		return h.authorizeDiscovery(d, h.id)
 	case discovery.Unavailable:
-		return h.unavailable(&d)
+		return h.unavailable(d)
 	}
-	if id != nil {
+	if h.id != nil {
 		// The front-proxy credential goes only where the plugin sends it.
-		return h.forward(h.plugin.pick(h.cfg.Index), id, false)
+		return h.forward(h.plugin.pick(h.cfg.Index), h.id, false)
 	}
 	return h.forward(noServer, nil, false)
 }
@@ -208,11 +266,12 @@ func (h *httpContext) request(in *inbound) (req discovery.Request, ok bool) {
 		Method: in.method, Path: path, Query: query,
 		Accept: in.accept, IfNoneMatch: in.ifNoneMatch,
 		PeerProxied: h.cfg.TrustPeerProxiedHeader && in.peerProxied == "true",
+		ContentType: in.contentType, ContentLength: in.contentLength,
 	}, ok
 }
 
 func (h *httpContext) scan(headers [][2]string) inbound {
-	var in inbound
+	in := inbound{contentLength: -1}
 	var hasPeerProxied bool
 	for _, kv := range headers {
 		switch name := kv[0]; {
@@ -229,6 +288,12 @@ func (h *httpContext) scan(headers [][2]string) inbound {
 		case name == "if-none-match":
 			if in.ifNoneMatch == "" {
 				in.ifNoneMatch = kv[1]
+			}
+		case name == "content-type":
+			in.contentType = kv[1]
+		case name == "content-length":
+			if n, err := strconv.ParseInt(kv[1], 10, 64); err == nil && n >= 0 {
+				in.contentLength = n
 			}
 		case name == headerPeerProxied:
 			if !hasPeerProxied {

@@ -120,6 +120,23 @@ func (p *proxytestPlugin) Request(method, path string, headers ...[2]string) plu
 	return res
 }
 
+func (p *proxytestPlugin) Write(method, path, contentType string, body []byte, headers ...[2]string) plugintest.Result {
+	id := p.host.InitializeHttpContext()
+	all := append([][2]string{{":method", method}, {":path", path}, {":authority", "kube.example"},
+		{"content-type", contentType}, {"content-length", strconv.Itoa(len(body))}}, headers...)
+	var res plugintest.Result
+	if p.host.CallOnRequestHeaders(id, all, false) == types.ActionPause && p.host.GetSentLocalResponse(id) == nil {
+		p.host.CallOnRequestBody(id, body, true)
+	}
+	res.Forwarded = p.host.GetCurrentHttpStreamAction(id) == types.ActionContinue
+	res.Headers = p.host.GetCurrentRequestHeaders(id)
+	if l := p.host.GetSentLocalResponse(id); l != nil {
+		res.Local = &plugintest.LocalResponse{Status: l.StatusCode, Headers: l.Headers, Body: l.Data}
+	}
+	p.host.CompleteHttpContext(id)
+	return res
+}
+
 // answer delivers the test's response to one call; a failed call reaches the
 // plugin with no headers and no body, as Envoy reports it.
 func (p *proxytestPlugin) answer(calloutID uint32, call plugintest.HTTPCall) {

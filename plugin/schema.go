@@ -8,5 +8,5 @@ package plugin
 // Envoy ignores exports it does not know. The name must spell
 // discovery.SchemaMajor and SchemaMinor, which the module's tests check.
 //
-//go:wasmexport skewgate_schema_version_1_2
+//go:wasmexport skewgate_schema_version_1_3
 func announceSchemaVersion() {}

@@ -50,6 +50,25 @@ func WithFieldSkew(servers []Server) []Server {
 	return servers
 }
 
+// WithBothWayFieldSkew gives the skewed control plane's deployments the
+// schemas of v1.35 and v1.36, which differ both ways: only kube-a (v1.35)
+// knows spec.template.spec.workloadRef, only kube-b and kube-c (v1.36)
+// spec.template.spec.schedulingGroup. It returns the servers and the
+// snapshot's FieldSkew; SnapshotJSONWithFieldSkew puts them together.
+func WithBothWayFieldSkew(servers []Server) ([]Server, map[string]discovery.FieldSkew) {
+	const deployments = "apps/v1/deployments"
+	servers[0].MissingFields = map[string][]string{deployments: {"spec.template.spec.schedulingGroup"}}
+	servers[1].MissingFields = map[string][]string{deployments: {"spec.template.spec.workloadRef"}}
+	servers[2].MissingFields = map[string][]string{deployments: {"spec.template.spec.workloadRef"}}
+	return servers, map[string]discovery.FieldSkew{deployments: {
+		Paths: []string{"spec.template.spec.schedulingGroup", "spec.template.spec.workloadRef"},
+		Schemas: []discovery.FieldSchema{
+			{Servers: []int{0}, Knows: []int{1}},
+			{Servers: []int{1, 2}, Knows: []int{0}},
+		},
+	}}
+}
+
 // SkewedControlPlane is a v1.35 server next to two v1.36 servers, one of which
 // enables an alpha API: the shape of a rolling upgrade. Only the v1.36 servers
 // serve mutatingadmissionpolicies; only kube-c serves coordination.k8s.io/v1alpha2.
@@ -138,6 +157,19 @@ func SnapshotJSON(generation uint64, servers []Server) json.RawMessage {
 		members = append(members, srv)
 	}
 	return Encode(generation, "", members...)
+}
+
+// SnapshotJSONWithFieldSkew is SnapshotJSON with the snapshot's FieldSkew.
+func SnapshotJSONWithFieldSkew(generation uint64, servers []Server, skew map[string]discovery.FieldSkew) json.RawMessage {
+	snap, err := discovery.ParseSnapshot(SnapshotJSON(generation, servers))
+	if err != nil {
+		panic("discoverytest: " + err.Error())
+	}
+	snap.FieldSkew = skew
+	if err := snap.Validate(); err != nil {
+		panic("discoverytest: " + err.Error())
+	}
+	return snap.AppendJSON(nil)
 }
 
 // Prefer returns the snapshot document with its preferred server set to id

@@ -67,7 +67,7 @@ func Lookup(name string) (*Metric, bool) {
 // All is every definition, in the order of the README's reference.
 var All = []*Metric{
 	&PluginReroutedRequests, &PluginUnavailableResponses, &PluginMergedDiscoveryServed, &PluginMergedDiscoveryNotModified,
-	&PluginNoPeerDiscoveryForwarded, &PluginConfigurationRejections, &PluginConfigurationSchemaRejections,
+	&PluginNoPeerDiscoveryForwarded, &PluginWritesRoutedByBody, &PluginWriteBodiesUnreadable, &PluginConfigurationRejections, &PluginConfigurationSchemaRejections,
 	&PluginConfigurationIgnoredFields, &PluginClientCertificatesRefused, &PluginDiscoveryAuthorizationsChecked,
 	&PluginDiscoveryAuthorizationCacheHits, &PluginDiscoveryAuthorizationsDenied, &PluginDiscoveryAuthorizationFailures,
 	&PluginSnapshotGeneration,
@@ -104,6 +104,10 @@ var (
 		Help: "Merged discovery requests answered 304 Not Modified."}
 	PluginNoPeerDiscoveryForwarded = Metric{Name: "skewgate_plugin_nopeer_discovery_forwarded_total", Type: Counter, Exporter: Plugin,
 		Help: "Discovery requests for one server's own documents (profile=nopeer), forwarded instead of merged."}
+	PluginWritesRoutedByBody = Metric{Name: "skewgate_plugin_writes_routed_by_body_total", Type: Counter, Exporter: Plugin,
+		Help: "Writes of a resource whose schemas differ between the servers, sent to the servers whose schema has every field their body sets."}
+	PluginWriteBodiesUnreadable = Metric{Name: "skewgate_plugin_write_bodies_unreadable_total", Type: Counter, Exporter: Plugin,
+		Help: "Writes of a resource whose schemas differ whose body was not read (protobuf, CBOR, YAML that is not JSON, over 1 MiB or of unknown length, malformed): sent to the servers lacking no field, else to the newest minor's."}
 	PluginConfigurationRejections = Metric{Name: "skewgate_plugin_configuration_rejections_total", Type: Counter, Exporter: Plugin,
 		Help: "Configurations the module rejected; it keeps the one it had, so later snapshots are lost until one is accepted."}
 	PluginConfigurationSchemaRejections = Metric{Name: "skewgate_plugin_configuration_schema_rejections_total", Type: Counter, Exporter: Plugin,

@@ -87,6 +87,10 @@ func (c HTTPCall) Values(name string) []string { return values(c.Headers, name) 
 type Plugin interface {
 	// Request runs the request-headers phase of one stream.
 	Request(method, path string, headers ...[2]string) Result
+	// Write runs one stream with a body: its headers (with Content-Type and
+	// Content-Length), then, if the plugin waits for it, its body in one
+	// piece at the end of the stream.
+	Write(method, path, contentType string, body []byte, headers ...[2]string) Result
 	// Counter and Gauge read a metric the plugin defined.
 	Counter(name string) uint64
 	Gauge(name string) int64
@@ -230,6 +234,7 @@ var cases = []struct {
 	{"FieldSelectorOnlySomeServersAcceptIsReroutedToThemAndMarked", fieldSelectorOnlySomeServersAcceptIsReroutedToThemAndMarked},
 	{"FieldSelectorAcceptedOnlyByDownServersGives503", fieldSelectorAcceptedOnlyByDownServersGives503},
 	{"KindWhoseSchemasDifferGoesToServersLackingNothing", kindWhoseSchemasDifferGoesToServersLackingNothing},
+	{"WriteGoesToServersWhoseSchemaHasEveryFieldItsBodySets", writeGoesToServersWhoseSchemaHasEveryFieldItsBodySets},
 	{"InvalidConfigurationIsRejectedWithOneClearLogLine", invalidConfigurationIsRejectedWithOneClearLogLine},
 	{"ConfigurationOfANewerMinorSchemaIsAcceptedWithItsNewFieldsIgnoredAndCounted", configurationOfANewerMinorSchemaIsAcceptedWithItsNewFieldsIgnoredAndCounted},
 	{"GenerationGaugeFollowsConfiguration", generationGaugeFollowsConfiguration},
@@ -389,6 +394,48 @@ func kindWhoseSchemasDifferGoesToServersLackingNothing(t *testing.T, h Harness) 
 				}
 			}
 		})
+	}
+}
+
+func writeGoesToServersWhoseSchemaHasEveryFieldItsBodySets(t *testing.T, h Harness) {
+	servers, skew := discoverytest.WithBothWayFieldSkew(discoverytest.SkewedControlPlane())
+	config, err := json.Marshal(map[string]any{"snapshot": discoverytest.SnapshotJSONWithFieldSkew(1, servers, skew)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, h, StartOptions{Config: config})
+	const deployments = "/apis/apps/v1/namespaces/ns/deployments"
+	older, newer := []string{"kube-a"}, []string{"kube-b", "kube-c"}
+	writes := []struct {
+		name, method, path, contentType, body string
+		want                                  []string
+		read                                  bool
+	}{
+		{"create setting a field only v1.35 knows", "POST", deployments, "application/json",
+			`{"kind":"Deployment","spec":{"template":{"spec":{"workloadRef":{"name":"w"}}}}}`, older, true},
+		{"create setting a field only v1.36 knows", "POST", deployments, "application/json",
+			`{"kind":"Deployment","spec":{"template":{"spec":{"schedulingGroup":{}}}}}`, newer, true},
+		{"JSON patch adding the v1.35 field", "PATCH", deployments + "/web", "application/json-patch+json",
+			`[{"op":"add","path":"/spec/template/spec/workloadRef","value":{"name":"w"}}]`, older, true},
+		{"server-side apply of the v1.35 field", "PATCH", deployments + "/web?fieldManager=kubectl&force=true", "application/apply-patch+yaml",
+			`{"apiVersion":"apps/v1","kind":"Deployment","spec":{"template":{"spec":{"workloadRef":{"name":"w"}}}}}`, older, true},
+		{"protobuf: the newest minor", "POST", deployments, "application/vnd.kubernetes.protobuf", "k8s\x00\n\x0b", newer, false},
+	}
+	for _, w := range writes {
+		before := [2]uint64{p.Counter(metricdef.PluginWritesRoutedByBody.Name), p.Counter(metricdef.PluginWriteBodiesUnreadable.Name)}
+		res := p.Write(w.method, w.path, w.contentType, []byte(w.body))
+		cluster, _ := res.Header(RoutingHeader)
+		if !res.Forwarded || !slices.Contains(w.want, cluster) {
+			t.Errorf("%s: forwarded %v to %q; want one of %q", w.name, res.Forwarded, cluster, w.want)
+		}
+		if !slices.Equal(res.Values(PeerProxied), []string{"true"}) {
+			t.Errorf("%s: not marked peer-proxied", w.name)
+		}
+		after := [2]uint64{p.Counter(metricdef.PluginWritesRoutedByBody.Name), p.Counter(metricdef.PluginWriteBodiesUnreadable.Name)}
+		if want := map[bool][2]uint64{true: {1, 0}, false: {0, 1}}[w.read]; after[0]-before[0] != want[0] || after[1]-before[1] != want[1] {
+			t.Errorf("%s: counted %d routed by body and %d unreadable; want %d and %d", w.name,
+				after[0]-before[0], after[1]-before[1], want[0], want[1])
+		}
 	}
 }
 
