@@ -3,6 +3,7 @@ package discovery
 import (
 	"fmt"
 	"strings"
+	"unsafe"
 )
 
 // MaxInspectedBody is the largest write body the plugin reads to route by
@@ -96,16 +97,19 @@ func bodyReadable(req *Request) bool {
 // of the tree that body sets; ok is false when body is not what its format
 // says. Servers that were not compared know no path.
 func (t *skewTree) knowingEveryField(body []byte, format bodyFormat) (knowing ServerSet, ok bool) {
-	doc, ok := ParseJSON(body)
-	if !ok {
+	// Read in place: the body is not written while it is read, and nothing
+	// read from it outlives this call. A copy of 1 MiB cost more than the
+	// reading.
+	text := unsafe.String(unsafe.SliceData(body), len(body))
+	if !validJSON(text) {
 		return 0, false
 	}
+	doc := topLevel(text)
 	knowing = ^ServerSet(0)
-	var stack []JSONMembers
-	var nodes []int32
+	var stack []walkFrame
 	switch {
 	case format == objectBody && doc.IsObject():
-		stack, nodes = t.walk(doc, 0, &knowing, stack, nodes)
+		t.walk(doc, 0, &knowing, stack)
 	case format == jsonPatchBody && doc.IsArray():
 		for ops := doc.Members(); ops.Next(); {
 			op := ops.Value()
@@ -118,7 +122,7 @@ func (t *skewTree) knowingEveryField(body []byte, format bodyFormat) (knowing Se
 				// The source is removed: a field a schema lacks cannot be.
 				t.setAlong(op.Get("from"), &knowing)
 			case node != noNode && (kind == "add" || kind == "replace" || kind == "test"):
-				stack, nodes = t.walk(op.Get("value"), node, &knowing, stack, nodes)
+				stack = t.walk(op.Get("value"), node, &knowing, stack)
 			}
 		}
 	default:
@@ -130,36 +134,52 @@ func (t *skewTree) knowingEveryField(body []byte, format bodyFormat) (knowing Se
 	return knowing, true
 }
 
-// walk narrows knowing by every path of the tree that v, at node, sets. It
-// keeps the open objects and arrays on a stack of its own, at most as deep as
-// the tree, and skips whatever no path leads into: its call depth is the same
-// for any body (Envoy's WAMR runtime gives a plugin 32 KiB of stack).
-func (t *skewTree) walk(v JSONValue, node int32, knowing *ServerSet, stack []JSONMembers, nodes []int32) ([]JSONMembers, []int32) {
+// walkFrame is an object or array the walk is in, at a node of the tree.
+type walkFrame struct {
+	node   int32
+	object bool
+}
+
+// walk narrows knowing by every path of the tree that v, at node, sets,
+// reading v once: it enters the objects and arrays a path leads into,
+// keeping them on a stack of its own at most as deep as the tree, and skips
+// the rest. Its call depth is the same for any body (Envoy's WAMR runtime
+// gives a plugin 32 KiB of stack). v is valid JSON.
+func (t *skewTree) walk(v JSONValue, node int32, knowing *ServerSet, stack []walkFrame) []walkFrame {
+	s := v.raw
 	if len(t.nodes[node].children) == 0 || !(v.IsObject() || v.IsArray()) {
-		return stack, nodes
+		return stack
 	}
-	stack, nodes = append(stack[:0], v.Members()), append(nodes[:0], node)
-	for len(stack) > 0 {
-		top := len(stack) - 1
-		if !stack[top].Next() {
-			stack, nodes = stack[:top], nodes[:top]
+	stack = append(stack[:0], walkFrame{node, s[0] == '{'})
+	for i := 1; len(stack) > 0; {
+		top := stack[len(stack)-1]
+		if i = skipSpace(s, i); s[i] == ',' {
+			i = skipSpace(s, i+1)
+		}
+		if s[i] == '}' || s[i] == ']' {
+			stack = stack[:len(stack)-1]
+			i++
 			continue
 		}
 		var child int32
-		if stack[top].object {
-			child = t.memberChild(nodes[top], stack[top].Key())
+		if top.object {
+			end := skipString(s, i)
+			child = t.memberChild(top.node, JSONValue{s[i:end]})
+			i = skipSpace(s, skipSpace(s, end)+1) // past the colon
 		} else {
-			child = t.exactChild(nodes[top], itemsStep)
+			child = t.exactChild(top.node, itemsStep)
 		}
-		if child == noNode {
-			continue
+		if child != noNode {
+			*knowing &= t.nodes[child].knowing
+			if len(t.nodes[child].children) > 0 && (s[i] == '{' || s[i] == '[') {
+				stack = append(stack, walkFrame{child, s[i] == '{'})
+				i++
+				continue
+			}
 		}
-		*knowing &= t.nodes[child].knowing
-		if value := stack[top].Value(); len(t.nodes[child].children) > 0 && (value.IsObject() || value.IsArray()) {
-			stack, nodes = append(stack, value.Members()), append(nodes, child)
-		}
+		i = skipValue(s, i)
 	}
-	return stack, nodes
+	return stack
 }
 
 // setAlong narrows knowing by every path of the tree that a JSON pointer (a

@@ -129,7 +129,7 @@ func TestBodyWalkStackIsBoundedByTheTreeNotTheBody(t *testing.T) {
 		t.Fatal("not JSON")
 	}
 	knowing := ^ServerSet(0)
-	stack, _ := tree.walk(doc, 0, &knowing, nil, nil)
+	stack := tree.walk(doc, 0, &knowing, nil)
 	if cap(stack) > 2*depth+4 {
 		t.Errorf("the walk's stack grew to %d entries for a tree %d deep", cap(stack), depth)
 	}

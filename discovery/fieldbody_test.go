@@ -226,3 +226,69 @@ func TestFieldSkewDefectsAreRefusedNamingResourceAndField(t *testing.T) {
 		}
 	}
 }
+
+// Reads and bodiless requests of a resource whose schemas differ cost no
+// allocation, as every other decision; only a write's body is read.
+func TestDecideWithFieldSkewDoesNotAllocateWithoutABody(t *testing.T) {
+	ix := bodySkewIndex(t, nil)
+	for _, req := range []Request{
+		{Method: "GET", Path: deployments + "/d"},
+		{Method: "GET", Path: "/apis/apps/v1/watch/deployments", Query: "resourceVersion=7"},
+		{Method: "DELETE", Path: deployments + "/d"},
+		{Method: "POST", Path: deployments, ContentType: "application/json", ContentLength: 100, BodyAwaitable: true},
+		{Method: "POST", Path: deployments, ContentType: "application/vnd.kubernetes.protobuf", ContentLength: 100},
+	} {
+		if n := testing.AllocsPerRun(100, func() { ix.Decide(&req, 1) }); n != 0 {
+			t.Errorf("%s %s (%s): %v allocations per Decide; want 0", req.Method, req.Path, req.ContentType, n)
+		}
+	}
+}
+
+// deploymentOfSize is a Deployment setting the v1.35-only field, padded
+// with containers to about size bytes, as a large pod template is.
+func deploymentOfSize(size int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","labels":{"app":"web"}},` +
+		`"spec":{"replicas":3,"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"labels":{"app":"web"}},` +
+		`"spec":{"workloadRef":{"name":"w"},"containers":[`)
+	for i := 0; b.Len() < size-64; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"name":"c` + strings.Repeat("x", i%7) + `","image":"registry.example/web:1.0","args":["--port=8080","--verbose"],` +
+			`"env":[{"name":"MODE","value":"production"}],"resources":{"requests":{"cpu":"100m","memory":"128Mi"}}}`)
+	}
+	b.WriteString(`]}}}}`)
+	return []byte(b.String())
+}
+
+// BenchmarkDecideWriteByBody is the cost a write's body adds to its
+// decision: the same create decided from its headers alone (as a resource
+// whose schemas agree is) and from bodies of 1 KB, 10 KB and 1 MB.
+func BenchmarkDecideWriteByBody(b *testing.B) {
+	ix := bodySkewIndex(&testing.T{}, nil)
+	b.Run("headers-only", func(b *testing.B) {
+		req := Request{Method: "POST", Path: deployments, ContentType: "application/json", ContentLength: -1}
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			ix.Decide(&req, uint64(i))
+		}
+	})
+	for _, size := range []struct {
+		name  string
+		bytes int
+	}{{"body=1KB", 1 << 10}, {"body=10KB", 10 << 10}, {"body=1MB", MaxInspectedBody}} {
+		body := deploymentOfSize(size.bytes)
+		req := Request{Method: "POST", Path: deployments, ContentType: "application/json", ContentLength: int64(len(body)), Body: body}
+		if d := ix.Decide(&req, 0); d.Body != BodyRead || d.Server != 0 {
+			b.Fatalf("decision %+v; want kube-a by the body", d)
+		}
+		b.Run(size.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				ix.Decide(&req, uint64(i))
+			}
+		})
+	}
+}
