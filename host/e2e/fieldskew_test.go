@@ -35,15 +35,18 @@ const (
 // behind an alpha gate, off by default: without one, 1.31 drops the field as 1.30 does.
 const leaseStrategyGate = "CoordinatedLeaderElection"
 
+// fieldSkewSpec also turns on, for the write-body scenarios (fieldbody_test.go), the gates of a
+// Pod template field only 1.31 has and of one only 1.30 has.
 func fieldSkewSpec() testcluster.Spec {
 	upgraded := func(name string) testcluster.ServerSpec {
 		return testcluster.ServerSpec{Name: name, Version: testcluster.KubeVersion131,
-			FeatureGates: map[string]bool{leaseStrategyGate: true},
+			FeatureGates: map[string]bool{leaseStrategyGate: true, supplementalGroupsPolicyGate: true},
 			// The gate's controller in kube-apiserver watches LeaseCandidates.
 			RuntimeConfig: []string{"coordination.k8s.io/v1alpha1=true"}}
 	}
 	return testcluster.Spec{Servers: []testcluster.ServerSpec{
-		fieldsOld:       {Name: "fields-1-30", Version: testcluster.KubeVersion130},
+		fieldsOld: {Name: "fields-1-30", Version: testcluster.KubeVersion130,
+			FeatureGates: map[string]bool{dynamicResourceAllocationGate: true}},
 		fieldsUpgraded:  upgraded("fields-1-31-a"),
 		fieldsUpgraded2: upgraded("fields-1-31-b"),
 	}}

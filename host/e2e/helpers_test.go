@@ -139,7 +139,7 @@ func (s *sharedCluster) get(t *testing.T) *testcluster.Cluster {
 }
 
 func closeSharedClusters() {
-	for _, s := range []*sharedCluster{sharedSkewed, sharedOneCA, sharedFieldSkew} {
+	for _, s := range []*sharedCluster{sharedSkewed, sharedOneCA, sharedFieldSkew, sharedWorkloadSkew} {
 		if c := s.cluster; c != nil {
 			if err := c.Close(); err != nil {
 				fmt.Fprintln(os.Stderr, "e2e: closing a shared cluster:", err)
