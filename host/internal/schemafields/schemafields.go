@@ -102,6 +102,77 @@ func (f Fields) Lacks(other Fields, limit int) (paths []string, count int) {
 	return paths, count
 }
 
+// Differing yields, in order, the paths some of sets has and another lacks,
+// each with which of sets have it (bit i for sets[i]; at most 64 sets). A
+// path had by exactly the sets that have its parent path (the path it is a
+// property of; every set for a property of the root) is left out: no set has
+// a property without its parent, so the parent says where it is.
+func Differing(sets []Fields) iter.Seq2[string, uint64] {
+	return func(yield func(string, uint64) bool) {
+		all := uint64(1)<<len(sets) - 1
+		// left holds what is left of each set, heads its first path.
+		left, heads := make([]string, len(sets)), make([]string, len(sets))
+		for i, f := range sets {
+			left[i] = string(f)
+			heads[i], _, _ = strings.Cut(left[i], "\n")
+		}
+		// partial holds the paths of the union some set lacks, with which
+		// have them; the others are every set's.
+		partial := map[string]uint64{}
+		for {
+			path, found := "", false
+			for i := range left {
+				if left[i] != "" && (!found || heads[i] < path) {
+					path, found = heads[i], true
+				}
+			}
+			if !found {
+				return
+			}
+			var having uint64
+			for i := range left {
+				if left[i] != "" && heads[i] == path {
+					having |= 1 << uint(i)
+					_, left[i], _ = strings.Cut(left[i], "\n")
+					heads[i], _, _ = strings.Cut(left[i], "\n")
+				}
+			}
+			parent := all
+			if p, ok := parentPath(path); ok {
+				if having, ok := partial[p]; ok {
+					parent = having
+				}
+			}
+			if having != all {
+				partial[path] = having
+			}
+			if having != parent && !yield(path, having) {
+				return
+			}
+		}
+	}
+}
+
+// parentPath is the path p is a property of: p without its last name and
+// the array items ("[]") and map values (".*") that name is a property of;
+// ok is false for a property of the root.
+func parentPath(p string) (parent string, ok bool) {
+	i := strings.LastIndexByte(p, '.')
+	if i < 0 {
+		return "", false
+	}
+	p = p[:i]
+	for {
+		if trimmed, ok := strings.CutSuffix(p, "[]"); ok {
+			p = trimmed
+		} else if trimmed, ok := strings.CutSuffix(p, ".*"); ok {
+			p = trimmed
+		} else {
+			return p, true
+		}
+	}
+}
+
 func newFields(paths []string) Fields {
 	slices.Sort(paths)
 	paths = slices.Compact(paths)

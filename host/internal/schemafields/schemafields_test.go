@@ -245,3 +245,76 @@ func TestLacksListsWhatTheOtherSetHas(t *testing.T) {
 		t.Errorf("empty set holds %d paths", got)
 	}
 }
+
+func TestDifferingListsEachPathWhoseSetsDifferFromItsParents(t *testing.T) {
+	set := func(p ...string) Fields { return newFields(p) }
+	type yielded struct {
+		path   string
+		having uint64
+	}
+	for _, tc := range []struct {
+		name string
+		sets []Fields
+		want []yielded
+	}{
+		{"alike sets", []Fields{set("a", "a.b"), set("a", "a.b")}, nil},
+		{"no set", nil, nil},
+		{
+			"a property only one set has, and its properties",
+			[]Fields{
+				set("spec", "spec.volumes", "spec.volumes[].image", "spec.volumes[].image.pullPolicy", "spec.volumes[].name"),
+				set("spec", "spec.volumes", "spec.volumes[].name"),
+			},
+			[]yielded{{"spec.volumes[].image", 0b01}},
+		},
+		{
+			"a property fewer sets have than its parent",
+			[]Fields{
+				set("spec", "spec.image", "spec.image.pullPolicy", "spec.image.reference"),
+				set("spec", "spec.image", "spec.image.reference"),
+				set("spec"),
+			},
+			[]yielded{{"spec.image", 0b011}, {"spec.image.pullPolicy", 0b001}},
+		},
+		{
+			"map values and array items are no parents",
+			[]Fields{
+				set("spec", "spec.byName", "spec.byName.*.size", "spec.grid", "spec.grid[][].x", "spec.grid[][].y"),
+				set("spec", "spec.byName", "spec.grid", "spec.grid[][].x"),
+			},
+			[]yielded{{"spec.byName.*.size", 0b01}, {"spec.grid[][].y", 0b01}},
+		},
+		{
+			"properties of the root, each set with its own",
+			[]Fields{set("a", "b", "b.c", "d"), set("b", "b.c", "c", "d")},
+			[]yielded{{"a", 0b01}, {"c", 0b10}},
+		},
+		{
+			// A sibling that sorts between a parent and its properties
+			// ("spec.a-b" before "spec.a.b") does not hide the parent.
+			"siblings sorting between a parent and its properties",
+			[]Fields{set("spec", "spec.a", "spec.a-b", "spec.a.b"), set("spec", "spec.a-b")},
+			[]yielded{{"spec.a", 0b01}},
+		},
+	} {
+		var got []yielded
+		for path, having := range Differing(tc.sets) {
+			got = append(got, yielded{path, having})
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: Differing yields %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	sets := make([]Fields, 64)
+	for i := range sets {
+		sets[i] = set("spec")
+	}
+	sets[63] = set("spec", "spec.x")
+	var got []yielded
+	for path, having := range Differing(sets) {
+		got = append(got, yielded{path, having})
+	}
+	if want := []yielded{{"spec.x", 1 << 63}}; !slices.Equal(got, want) {
+		t.Errorf("of 64 sets, the last alone has spec.x: Differing yields %v, want %v", got, want)
+	}
+}
