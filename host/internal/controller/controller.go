@@ -63,7 +63,7 @@ type Controller struct {
 	labelTables []labelTable
 	// fieldKnowledge is the last computeFieldKnowledge, of the servers
 	// whose key is fieldKeyLast; fieldKey is where the next key is built.
-	fieldKnowledge         []fieldKnowledge
+	fieldKnowledge         *fieldKnowledge
 	fieldKey, fieldKeyLast []byte
 	// unpublishable is set when lastContent could not become a snapshot (no
 	// server, or invalid), so the current snapshot is behind.
@@ -656,11 +656,11 @@ func (c *Controller) publish(ctx context.Context, now time.Time, states []*serve
 // generation 1: encoded, it tells whether anything but the generation
 // changed.
 func (c *Controller) unnumbered(states []*serverState) *discovery.Snapshot {
-	snap := &discovery.Snapshot{Generation: 1, Servers: make([]discovery.Server, len(states))}
 	fields := c.fieldKnowledgeFor(states)
+	snap := &discovery.Snapshot{Generation: 1, Servers: make([]discovery.Server, len(states)), FieldSkew: fields.skew}
 	for i, s := range states {
 		snap.Servers[i] = s.snapshotServer()
-		snap.Servers[i].FieldSelectors, snap.Servers[i].MissingFields = fields[i].selectors, fields[i].missing
+		snap.Servers[i].FieldSelectors, snap.Servers[i].MissingFields = fields.servers[i].selectors, fields.servers[i].missing
 		if s.address == c.local {
 			// Until the local server has documents it is not in the snapshot,
 			// and requests are balanced over the others.
@@ -695,6 +695,11 @@ func (c *Controller) build(states []*serverState, unnumbered *discovery.Snapshot
 	}
 	c.generation++
 	snap, err := discovery.NewSnapshot(c.generation, unnumbered.Preferred, unnumbered.Servers)
+	if err == nil && unnumbered.FieldSkew != nil {
+		// NewSnapshot takes no FieldSkew: the snapshot is checked again with it.
+		snap.FieldSkew = unnumbered.FieldSkew
+		err = snap.Validate()
+	}
 	if err != nil {
 		c.metrics.invalidSnapshot()
 		c.log.Error("built snapshot is invalid and was not published", "generation", c.generation, "err", err)

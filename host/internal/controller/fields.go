@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/host/internal/schemafields"
@@ -19,9 +20,19 @@ func metadataLabels(namespaced bool) []string {
 	return []string{"metadata.name"}
 }
 
-// fieldKnowledge is one server's part of the snapshot's field-level
-// knowledge (discovery.Server's FieldSelectors and MissingFields).
+// fieldKnowledge is the snapshot's field-level knowledge.
 type fieldKnowledge struct {
+	// servers are each server's part (discovery.Server's FieldSelectors and
+	// MissingFields), in snapshot order.
+	servers []serverFields
+	// skew is the snapshot's FieldSkew.
+	skew map[string]discovery.FieldSkew
+	// tooSkewed are the resources left out of skew because their schemas
+	// differ in more than discovery.MaxSkewPaths paths, with how many.
+	tooSkewed map[string]int
+}
+
+type serverFields struct {
 	selectors, missing map[string][]string
 }
 
@@ -83,11 +94,12 @@ func (r servedResource) listable() bool {
 //     document publishes for the kind; and while one of them is unhealthy,
 //     for every resource whose labels the tables give for all of them and
 //     differ between the tables' minors;
-//   - for every resource at least two healthy servers serve, the field paths
-//     of the kind that another of them has and each one lacks (at most
-//     discovery.MaxMissingFields of them), where the servers' documents are known.
-func computeFieldKnowledge(states []*serverState, tables []labelTable, docs map[string]*schemafields.Document) []fieldKnowledge {
-	out := make([]fieldKnowledge, len(states))
+//   - for every resource at least two healthy servers serve, where the
+//     servers' documents are known: the field paths of the kind that another
+//     of them has and each one lacks (at most discovery.MaxMissingFields of
+//     them), and which of them has each path that differs (FieldSkew).
+func computeFieldKnowledge(states []*serverState, tables []labelTable, docs map[string]*schemafields.Document) *fieldKnowledge {
+	out := &fieldKnowledge{servers: make([]serverFields, len(states))}
 	byKey := map[string][]servedResource{}
 	for i, s := range states {
 		for _, list := range []*discovery.GroupList{&s.core.value, &s.apis.value} {
@@ -113,13 +125,15 @@ func computeFieldKnowledge(states []*serverState, tables []labelTable, docs map[
 		if len(servers) < 2 {
 			continue
 		}
-		assignSelectors(out, key, servers, states, tables, versionLabels, docs)
-		assignMissing(out, key, servers, states, docs)
+		assignSelectors(out.servers, key, servers, states, tables, versionLabels, docs)
+		schemas := comparedSchemas(servers, states, docs)
+		assignMissing(out.servers, key, schemas)
+		out.assignSkew(key, schemas)
 	}
 	return out
 }
 
-func assignSelectors(out []fieldKnowledge, key string, servers []servedResource, states []*serverState,
+func assignSelectors(out []serverFields, key string, servers []servedResource, states []*serverState,
 	tables []labelTable, versionLabels []map[string][]string, docs map[string]*schemafields.Document) {
 	if !slices.ContainsFunc(servers, servedResource.listable) {
 		return
@@ -164,20 +178,31 @@ func assignSelectors(out []fieldKnowledge, key string, servers []servedResource,
 	}
 }
 
-func assignMissing(out []fieldKnowledge, key string, servers []servedResource, states []*serverState, docs map[string]*schemafields.Document) {
-	type known struct {
-		server int
-		fields schemafields.Fields
-	}
-	var compared []known
+// comparedSchema is a server's schema of a resource's kind, one the
+// comparison can rely on.
+type comparedSchema struct {
+	server int
+	fields schemafields.Fields
+}
+
+// comparedSchemas are the schemas of the resource's kind of the servers
+// whose schema is known: healthy, with the kind in their fetched document
+// and not truncated. A server that is down is not compared: what it lacks
+// is unknown.
+func comparedSchemas(servers []servedResource, states []*serverState, docs map[string]*schemafields.Document) []comparedSchema {
+	var compared []comparedSchema
 	for _, r := range servers {
 		if !states[r.server].healthy {
 			continue
 		}
 		if kind, ok := r.kindOf(states[r.server], docs); ok && !kind.Truncated {
-			compared = append(compared, known{r.server, kind.Fields})
+			compared = append(compared, comparedSchema{r.server, kind.Fields})
 		}
 	}
+	return compared
+}
+
+func assignMissing(out []serverFields, key string, compared []comparedSchema) {
 	for _, a := range compared {
 		var lacking []string
 		for _, b := range compared {
@@ -204,10 +229,62 @@ func assignMissing(out []fieldKnowledge, key string, servers []servedResource, s
 	}
 }
 
+// assignSkew records the resource's FieldSkew when the compared schemas
+// differ: one FieldSchema per distinct schema, with the servers that have it.
+func (k *fieldKnowledge) assignSkew(key string, compared []comparedSchema) {
+	var skew discovery.FieldSkew
+	var distinct []schemafields.Fields
+	for _, c := range compared {
+		i := slices.Index(distinct, c.fields)
+		if i < 0 {
+			i = len(distinct)
+			distinct = append(distinct, c.fields)
+			skew.Schemas = append(skew.Schemas, discovery.FieldSchema{Knows: []int{}})
+		}
+		skew.Schemas[i].Servers = append(skew.Schemas[i].Servers, c.server)
+	}
+	if len(distinct) < 2 {
+		return
+	}
+	count := 0
+	for path, having := range schemafields.Differing(distinct) {
+		// A path the snapshot cannot carry is left out rather than
+		// respelled as MissingFields' evidence is: the plugin matches these
+		// paths with the names a body sets, and a respelled one names
+		// another field. Its properties, which contain it, are left out
+		// too, so a body setting any of them is routed by MissingFields
+		// alone, as with schema 1.2.
+		if !snapshotFieldPath(path) {
+			continue
+		}
+		if count++; count > discovery.MaxSkewPaths {
+			continue
+		}
+		for i := range skew.Schemas {
+			if having&(1<<uint(i)) != 0 {
+				skew.Schemas[i].Knows = append(skew.Schemas[i].Knows, len(skew.Paths))
+			}
+		}
+		skew.Paths = append(skew.Paths, path)
+	}
+	switch {
+	case count > discovery.MaxSkewPaths:
+		if k.tooSkewed == nil {
+			k.tooSkewed = map[string]int{}
+		}
+		k.tooSkewed[key] = count
+	case count > 0:
+		if k.skew == nil {
+			k.skew = map[string]discovery.FieldSkew{}
+		}
+		k.skew[key] = skew
+	}
+}
+
 // fieldKnowledgeFor returns computeFieldKnowledge of the servers, computed
 // again only when something it depends on changed: a server's ID, version,
 // health or documents (told by their ETags), or the reduced schemas.
-func (c *Controller) fieldKnowledgeFor(states []*serverState) []fieldKnowledge {
+func (c *Controller) fieldKnowledgeFor(states []*serverState) *fieldKnowledge {
 	key := c.fieldKey[:0]
 	cacheable := true
 	for _, s := range states {
@@ -231,6 +308,10 @@ func (c *Controller) fieldKnowledgeFor(states []*serverState) []fieldKnowledge {
 	}
 	c.fieldKey, c.fieldKeyLast = c.fieldKeyLast, key
 	c.fieldKnowledge = computeFieldKnowledge(states, c.labelTables, c.schemas.docs)
+	for _, key := range slices.Sorted(maps.Keys(c.fieldKnowledge.tooSkewed)) {
+		c.log.Warn("a resource's schemas differ in more field paths than the snapshot carries; its writes are routed by the servers' missing fields alone, not by the fields their body sets",
+			"resource", key, "paths", c.fieldKnowledge.tooSkewed[key], "max", discovery.MaxSkewPaths)
+	}
 	return c.fieldKnowledge
 }
 
@@ -245,6 +326,24 @@ func snapshotToken(s string) bool {
 	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c <= ' ' || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// snapshotFieldPath reports whether the snapshot can carry a field path of
+// its FieldSkew: a token with no empty name (a part between dots, less the
+// "[]" after an array's), as a property named "" or "[]" would give.
+func snapshotFieldPath(path string) bool {
+	if !snapshotToken(path) {
+		return false
+	}
+	for part := range strings.SplitSeq(path, ".") {
+		for strings.HasSuffix(part, "[]") {
+			part = part[:len(part)-2]
+		}
+		if part == "" {
 			return false
 		}
 	}

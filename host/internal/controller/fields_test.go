@@ -114,14 +114,15 @@ func testTables(t *testing.T) []labelTable {
 
 // checkPublishable requires that a snapshot of the servers with the
 // knowledge passes the snapshot's own validation.
-func checkPublishable(t *testing.T, states []*serverState, k []fieldKnowledge) {
+func checkPublishable(t *testing.T, states []*serverState, k *fieldKnowledge) {
 	t.Helper()
 	servers := make([]discovery.Server, len(states))
 	for i, s := range states {
 		servers[i] = s.snapshotServer()
-		servers[i].FieldSelectors, servers[i].MissingFields = k[i].selectors, k[i].missing
+		servers[i].FieldSelectors, servers[i].MissingFields = k.servers[i].selectors, k.servers[i].missing
 	}
-	if _, err := discovery.NewSnapshot(1, "", servers); err != nil {
+	snap := &discovery.Snapshot{Generation: 1, Servers: servers, FieldSkew: k.skew}
+	if err := snap.Validate(); err != nil {
 		t.Errorf("the snapshot with this knowledge is invalid: %v", err)
 	}
 }
@@ -229,8 +230,8 @@ func TestFieldSelectorsListEveryServerOfAResourceWhoseLabelsDiffer(t *testing.T)
 		},
 	}
 	for i := range states {
-		if !maps.EqualFunc(k[i].selectors, want[i], slices.Equal) {
-			t.Errorf("%s: fieldSelectors %v, want %v", states[i].id, k[i].selectors, want[i])
+		if !maps.EqualFunc(k.servers[i].selectors, want[i], slices.Equal) {
+			t.Errorf("%s: fieldSelectors %v, want %v", states[i].id, k.servers[i].selectors, want[i])
 		}
 	}
 	checkPublishable(t, states, k)
@@ -238,7 +239,7 @@ func TestFieldSelectorsListEveryServerOfAResourceWhoseLabelsDiffer(t *testing.T)
 	// Healthy servers of one version accept the same: nothing to say.
 	healthyNewer := fieldServer(t, "b-new", "v1.31.4", true, map[string]string{crdDoc: "H131"}, servicesResource, widgetsResource, gadgetsResource, leasesResource)
 	same := computeFieldKnowledge([]*serverState{healthyNewer, unknown}, testTables(t), map[string]*schemafields.Document{"H131": docs["H131"], "Hunfetched": docs["H131"]})
-	for i, s := range same {
+	for i, s := range same.servers {
 		if s.selectors != nil {
 			t.Errorf("healthy server %d of one version: fieldSelectors %v, want none", i, s.selectors)
 		}
@@ -261,14 +262,14 @@ func TestTableLabelsAreSaidWhileAServerOfTheResourceIsUnhealthy(t *testing.T) {
 	// come from a schema and leases are in no test table: neither is said.
 	want := map[string][]string{"v1/services": {"metadata.name", "metadata.namespace"}}
 	for i := range states {
-		if !maps.EqualFunc(k[i].selectors, want, slices.Equal) {
-			t.Errorf("%s: fieldSelectors %v, want %v", states[i].id, k[i].selectors, want)
+		if !maps.EqualFunc(k.servers[i].selectors, want, slices.Equal) {
+			t.Errorf("%s: fieldSelectors %v, want %v", states[i].id, k.servers[i].selectors, want)
 		}
 	}
 	checkPublishable(t, states, k)
 
 	snap, err := discovery.NewSnapshot(1, "", []discovery.Server{
-		withSelectors(healthy.snapshotServer(), k[0].selectors), withSelectors(restarting.snapshotServer(), k[1].selectors)})
+		withSelectors(healthy.snapshotServer(), k.servers[0].selectors), withSelectors(restarting.snapshotServer(), k.servers[1].selectors)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,11 +315,11 @@ func TestMissingFieldsComeFromTheHealthyServersSchemas(t *testing.T) {
 	states := []*serverState{old, newer, newer2, downOdd}
 	k := computeFieldKnowledge(states, testTables(t), docs)
 	wantMany := slices.Sorted(slices.Values(many))[:discovery.MaxMissingFields]
-	if got := k[0].missing; !slices.Equal(got["coordination.k8s.io/v1/leases"], []string{"spec.preferredHolder", "spec.strategy"}) ||
+	if got := k.servers[0].missing; !slices.Equal(got["coordination.k8s.io/v1/leases"], []string{"spec.preferredHolder", "spec.strategy"}) ||
 		!slices.Equal(got["authorization.k8s.io/v1/subjectaccessreviews"], wantMany) || len(got) != 2 {
 		t.Errorf("1.30 server: missingFields %v, want leases' two and the first %d of the reviews'", got, discovery.MaxMissingFields)
 	}
-	for _, s := range k[1:] {
+	for _, s := range k.servers[1:] {
 		if s.missing != nil {
 			t.Errorf("missingFields %v on a server whose schema has every field of the healthy servers", s.missing)
 		}
@@ -329,11 +330,11 @@ func TestMissingFieldsComeFromTheHealthyServersSchemas(t *testing.T) {
 	// has nothing to be compared with.
 	docs["L130"] = kindDoc("coordination.k8s.io", "v1", "Lease", schemafields.Kind{Fields: fieldsOf("spec"), Truncated: true})
 	delete(docs, "Z130")
-	if k := computeFieldKnowledge(states, testTables(t), docs); k[0].missing != nil {
-		t.Errorf("missingFields %v from a truncated and an unknown schema", k[0].missing)
+	if k := computeFieldKnowledge(states, testTables(t), docs); k.servers[0].missing != nil {
+		t.Errorf("missingFields %v from a truncated and an unknown schema", k.servers[0].missing)
 	}
-	if k := computeFieldKnowledge([]*serverState{old, downOdd}, testTables(t), docs); k[0].missing != nil || k[1].missing != nil {
-		t.Errorf("missingFields %v, %v with one healthy server", k[0].missing, k[1].missing)
+	if k := computeFieldKnowledge([]*serverState{old, downOdd}, testTables(t), docs); k.servers[0].missing != nil || k.servers[1].missing != nil {
+		t.Errorf("missingFields %v, %v with one healthy server", k.servers[0].missing, k.servers[1].missing)
 	}
 }
 
@@ -350,10 +351,10 @@ func TestFieldKnowledgeKeepsTheSnapshotValidWhateverTheSchemasSay(t *testing.T) 
 	}
 	states := []*serverState{a, b}
 	k := computeFieldKnowledge(states, nil, docs)
-	if got := k[0].selectors["example.com/v1/widgets"]; !slices.Equal(got, []string{"metadata.name", "metadata.namespace"}) {
+	if got := k.servers[0].selectors["example.com/v1/widgets"]; !slices.Equal(got, []string{"metadata.name", "metadata.namespace"}) {
 		t.Errorf("labels the snapshot cannot carry were kept: %q", got)
 	}
-	got := k[0].missing["example.com/v1/widgets"]
+	got := k.servers[0].missing["example.com/v1/widgets"]
 	want := []string{"spec.caf??", "spec.ok", "spec.with?space", long[:maxTokenLength]}
 	if !slices.Equal(got, want) {
 		t.Errorf("missingFields %q, want %q", got, want)
