@@ -2,8 +2,8 @@
 // serves which API, as a server × API matrix with the skewed APIs (those not
 // every server serves the same way) highlighted, and, where the servers
 // differ, which field-selector labels each accepts and which fields its schema
-// lacks. The page is self-contained HTML, with no scripts and no external
-// assets.
+// lacks, and which servers' schemas have each field path that differs. The
+// page is self-contained HTML, with no scripts and no external assets.
 //
 // The page is written by plain code rather than html/template: a template's
 // method calls go through reflection, which makes the linker keep every
@@ -59,7 +59,33 @@ type view struct {
 	// field-level knowledge names, each with a cell per server.
 	FieldSelectors []fieldRow
 	MissingFields  []fieldRow
+	// FieldSkew are the resources of the snapshot's FieldSkew, sorted.
+	FieldSkew []skewTable
 }
+
+// skewTable is a resource's field paths that differ between the servers'
+// schemas, each with a cell per server.
+type skewTable struct {
+	Name  string
+	Paths []skewRow
+}
+
+type skewRow struct {
+	Path  string
+	Cells []skewCell
+}
+
+// skewCell is whether a server's schema has a path.
+type skewCell uint8
+
+const (
+	notServed skewCell = iota
+	// notCompared: the server serves the resource, but its schema was not
+	// compared (it was down, or its schema unknown).
+	notCompared
+	lacksPath
+	hasPath
+)
 
 // fieldRow is a resource with, per server column, the names the snapshot
 // lists for it there.
@@ -180,7 +206,43 @@ func build(in Input) view {
 	}
 	v.FieldSelectors = fieldRows(snap, func(s *discovery.Server) map[string][]string { return s.FieldSelectors }, true)
 	v.MissingFields = fieldRows(snap, func(s *discovery.Server) map[string][]string { return s.MissingFields }, false)
+	v.FieldSkew = skewTables(snap)
 	return v
+}
+
+// skewTables lists the resources of the snapshot's FieldSkew, each path
+// with what every server's schema says of it.
+func skewTables(snap *discovery.Snapshot) []skewTable {
+	var tables []skewTable
+	for _, key := range slices.Sorted(maps.Keys(snap.FieldSkew)) {
+		f := snap.FieldSkew[key]
+		t := skewTable{Name: key, Paths: make([]skewRow, len(f.Paths))}
+		// Each server starts as what its discovery says; its schema, if
+		// compared, then tells path by path.
+		base := make([]skewCell, len(snap.Servers))
+		for i := range snap.Servers {
+			if servesKey(&snap.Servers[i], key) {
+				base[i] = notCompared
+			}
+		}
+		for _, schema := range f.Schemas {
+			for _, i := range schema.Servers {
+				base[i] = lacksPath
+			}
+		}
+		for p, path := range f.Paths {
+			t.Paths[p] = skewRow{Path: path, Cells: slices.Clone(base)}
+		}
+		for _, schema := range f.Schemas {
+			for _, p := range schema.Knows {
+				for _, i := range schema.Servers {
+					t.Paths[p].Cells[i] = hasPath
+				}
+			}
+		}
+		tables = append(tables, t)
+	}
+	return tables
 }
 
 // fieldRows lists the resources some server's lists (FieldSelectors or
@@ -416,6 +478,39 @@ func (p *page) write(v view) {
 				p.fieldCell(c, "lacks", "has every field", "missing", "served")
 			}
 			p.WriteString("</tr>\n")
+		}
+		p.WriteString("</table>\n")
+	}
+
+	p.WriteString("\n<h2>Field paths that differ between schemas</h2>\n")
+	if len(v.FieldSkew) == 0 {
+		p.WriteString("<p class=\"summary\">The snapshot names no field path that one server's schema has and another's lacks.</p>\n")
+	} else {
+		p.WriteString("<p class=\"summary\">Each field path some server's schema has and another's lacks (a path's own fields are where it is, unless listed too): " +
+			"a create, update or patch whose body sets one goes to the servers whose schema has it.</p>\n<table>\n")
+		p.serverHeader("Resource, field path", "", v.Servers)
+		for _, t := range v.FieldSkew {
+			p.WriteString(`<tr class="skewed"><th class="api mono" colspan="` + strconv.Itoa(len(v.Servers)+1) + `">`)
+			p.text(t.Name)
+			p.WriteString("</th></tr>\n")
+			for _, r := range t.Paths {
+				p.WriteString(`<tr><td class="mono">`)
+				p.text(r.Path)
+				p.WriteString("</td>")
+				for _, c := range r.Cells {
+					switch c {
+					case hasPath:
+						p.WriteString(`<td class="cell served">✓ has</td>`)
+					case lacksPath:
+						p.WriteString(`<td class="cell missing">✗ lacks</td>`)
+					case notCompared:
+						p.WriteString(`<td class="cell">not compared</td>`)
+					default:
+						p.WriteString(`<td class="cell">not served</td>`)
+					}
+				}
+				p.WriteString("</tr>\n")
+			}
 		}
 		p.WriteString("</table>\n")
 	}

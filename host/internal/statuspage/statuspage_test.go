@@ -117,3 +117,39 @@ func TestPageShowsWhereServersDifferInLabelsAndFields(t *testing.T) {
 		}
 	}
 }
+
+func TestPageShowsWhichServersSchemasHaveEachFieldPathThatDiffers(t *testing.T) {
+	servers, skew := discoverytest.WithBothWayFieldSkew(discoverytest.SkewedControlPlane())
+	snap, err := discovery.ParseSnapshot(discoverytest.SnapshotJSON(9, servers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap.FieldSkew = skew
+	// kube-c's schema of mutating admission policies was not compared, and
+	// kube-a does not serve them.
+	snap.FieldSkew["admissionregistration.k8s.io/v1/mutatingadmissionpolicies"] = discovery.FieldSkew{
+		Paths:   []string{"spec.<matchConditions>"},
+		Schemas: []discovery.FieldSchema{{Servers: []int{1}, Knows: []int{0}}},
+	}
+	if err := snap.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	page := render(t, Input{Snapshot: snap, AcceptedAt: time.Now(), Now: time.Now(), Ready: true})
+	for _, want := range []string{
+		`<tr class="skewed"><th class="api mono" colspan="4">admissionregistration.k8s.io/v1/mutatingadmissionpolicies</th></tr>` + "\n" +
+			`<tr><td class="mono">spec.&lt;matchConditions&gt;</td><td class="cell">not served</td><td class="cell served">✓ has</td><td class="cell">not compared</td></tr>` + "\n" +
+			`<tr class="skewed"><th class="api mono" colspan="4">apps/v1/deployments</th></tr>` + "\n" +
+			`<tr><td class="mono">spec.template.spec.schedulingGroup</td><td class="cell missing">✗ lacks</td><td class="cell served">✓ has</td><td class="cell served">✓ has</td></tr>` + "\n" +
+			`<tr><td class="mono">spec.template.spec.workloadRef</td><td class="cell served">✓ has</td><td class="cell missing">✗ lacks</td><td class="cell missing">✗ lacks</td></tr>`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %s", want)
+		}
+	}
+
+	snap.FieldSkew = nil
+	page = render(t, Input{Snapshot: snap, AcceptedAt: time.Now(), Now: time.Now(), Ready: true})
+	if want := "names no field path that one server's schema has and another's lacks"; !strings.Contains(page, want) {
+		t.Errorf("page without field skew lacks %q", want)
+	}
+}
