@@ -40,7 +40,16 @@
 //	      "missingFields": {"apps/v1/deployments": ["spec.x", ...], ...}  // optional (1.1): per resource,
 //	                                        // field paths other servers' schemas have and this one's lacks
 //	    }
-//	  ]
+//	  ],
+//	  "fieldSkew": {                        // optional (1.3): per resource whose schemas differ
+//	    "apps/v1/deployments": {
+//	      "paths": ["spec.template.spec.volumes[].image", ...], // 1 to MaxSkewPaths field paths, sorted
+//	      "schemas": [                      // one per schema the servers have of the resource
+//	        {"servers": [0, 2], "knows": []}, // indexes of servers, sorted; a server in one schema at most
+//	        {"servers": [1], "knows": [0]}  // indexes of the paths this schema has, sorted
+//	      ]
+//	    }
+//	  }
 //	}
 //
 // "apis" and "api" are the apidiscovery.k8s.io/v2 documents exactly as the server
@@ -58,8 +67,24 @@
 // the resource lists it: a label no server lists is accepted by none.
 // "missingFields" lists at most MaxMissingFields dotted paths per resource:
 // evidence, since routing only needs to know that the server lacks some.
-// Without either member a snapshot has no field-level knowledge and routes
-// as one of schema 1.0.
+//
+// "fieldSkew" names resources the same way, each one that some server
+// serves, and tells which servers' schemas have each field path that
+// differs, so that a write goes to the servers whose schema has every field
+// its body sets (FieldSkew). Paths are spelled as in "missingFields": names
+// joined by '.', "[]" after an array's name for its items, "*" for a map's
+// values. A path is listed when some compared server's schema has it and
+// another's lacks it, unless exactly the servers whose schema has its parent
+// path (every compared server for a property of the root) have it: its
+// parent then says where it is. The servers compared are grouped by schema;
+// a server that serves the resource but is in no schema was not compared
+// (down, or its schema unknown) and counts as knowing none of the paths. A
+// resource of more than MaxSkewPaths such paths is left out, and is routed
+// by "missingFields" alone, as every resource is by a reader of 1.2, which
+// ignores "fieldSkew".
+//
+// Without any of these members a snapshot has no field-level knowledge and
+// routes as one of schema 1.0.
 // fixtures/snapshot-example.json is a complete example.
 //
 // # Schema versions
