@@ -1,13 +1,14 @@
 // Package wasmhost runs skewgate's proxy-wasm HTTP filter plugin the way Envoy's Wasm host (proxy-wasm-cpp-host)
 // does, on wazero: it accepts a module only if the selected Envoy release would link it, implements the host
-// functions the plugin imports with Envoy's semantics (ABI 0.2.x, headers-only: no ticks, shared data, queues or
-// body buffers), emulates cpp-host's WASI return codes and restricted start-up phases, and follows Envoy's callback
-// order, so that the plugin behaves in skewgate's gateway as it does in Envoy.
+// functions the plugin imports with Envoy's semantics (ABI 0.2.x, request headers and request bodies: no ticks,
+// shared data, queues or responses), emulates cpp-host's WASI return codes and restricted start-up phases, and
+// follows Envoy's callback order, so that the plugin behaves in skewgate's gateway as it does in Envoy.
 //
 // A Host compiles the module once and keeps a pool of VM instances (Envoy: one per worker). A request takes an
 // instance, runs a whole stream (create, request headers, log, done, delete) and returns it; a stream that pauses
-// for proxy_http_call gives the instance back while the call runs and takes it again for the response. A trapped
-// instance is replaced in the background with exponential backoff; configuration changes start a new root
+// for proxy_http_call gives the instance back while the call runs and takes it again for the response, and one
+// that pauses for its body gives it back while the body is read and takes it again for proxy_on_request_body. A
+// trapped instance is replaced in the background with exponential backoff; configuration changes start a new root
 // context on every instance and commit only if all accept.
 package wasmhost
 
@@ -261,6 +262,12 @@ func (h *Host) ABI() string { return h.abi }
 // the calls are cancelled, the stream's context is finished as Envoy finishes a reset stream, and the Outcome is
 // Reset with Failed set to ctx.Err(); the same if ctx ends while the request waits for an instance. Neither counts
 // as a failed request: the client left.
+//
+// A stream whose headers the plugin pauses for the body (see BodyReader) waits for req.Body.ReadBody with its
+// instance back in the pool, then runs proxy_on_request_body once, with the whole body and end_of_stream set, on
+// that instance, and is decided as after its headers (and may wait for HTTP calls in turn). A Forward outcome then
+// carries the body in Outcome.Body. If the body cannot be read, the stream is finished as Envoy finishes a reset
+// stream and the Outcome is Reset with BodyFailed set (and Failed set to ctx.Err() if ctx ended).
 func (h *Host) HandleRequestHeaders(ctx context.Context, req *Request) Outcome {
 	var out Outcome
 	s, err := h.acquire(ctx)
@@ -280,22 +287,63 @@ func (h *Host) HandleRequestHeaders(ctx context.Context, req *Request) Outcome {
 	}
 	paused := s.job.paused
 	var calls streamCalls
+	wantsBody := false
 	if paused != nil {
-		calls = paused.calls
+		// Read while the slot is held: other streams' callbacks may reach this one through
+		// proxy_set_effective_context once it is given back.
+		calls, wantsBody = paused.calls, paused.awaitingBody
 	}
 	s.job = workerJob{}
 	h.putBack(s)
 	if paused != nil {
-		return h.awaitPaused(ctx, s, inst, paused, calls, req, out)
+		return h.awaitPaused(ctx, s, inst, paused, calls, wantsBody, req, out)
 	}
 	return out
 }
 
-// awaitPaused finishes a stream that waits for HTTP calls, with the slot given
-// back meanwhile.
-func (h *Host) awaitPaused(ctx context.Context, s *slot, inst *instance, st *stream, calls streamCalls, req *Request, out Outcome) Outcome {
-	h.awaitCalls(ctx, s, inst, st, calls, req, &out)
+// awaitPaused finishes a stream that waits for its body or for HTTP calls, with the slot given back meanwhile.
+func (h *Host) awaitPaused(ctx context.Context, s *slot, inst *instance, st *stream, calls streamCalls, wantsBody bool, req *Request, out Outcome) Outcome {
+	if wantsBody {
+		h.awaitBody(ctx, s, inst, st, req, &out)
+	} else {
+		h.awaitCalls(ctx, s, inst, st, calls, req, &out)
+	}
 	return out
+}
+
+// awaitBody reads the body of a stream paused for it, without holding the stream's instance, runs
+// proxy_on_request_body on that instance, and waits for the HTTP calls the callback leaves the stream waiting for.
+func (h *Host) awaitBody(ctx context.Context, s *slot, inst *instance, st *stream, req *Request, out *Outcome) {
+	body, err := req.Body.ReadBody()
+	if err != nil {
+		// Envoy resets a stream whose body does not arrive, which finishes its context. The reader's error says
+		// why, also when the client is gone (for HTTP/1.x Go's server ends the context on any error reading
+		// the connection, a read deadline included).
+		_ = h.withInstance(s, inst, func() { inst.finishStream(st, &Outcome{}) })
+		*out = Outcome{Verdict: Reset, BodyFailed: err, Failed: ctx.Err()}
+		return
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	var pending *stream
+	var calls streamCalls
+	err = h.withInstance(s, inst, func() {
+		if pending = inst.deliverBody(st, body, req, out); pending != nil {
+			calls = pending.calls
+		}
+	})
+	switch {
+	case err != nil:
+		h.applyFailurePolicy(req, out, err)
+	case pending != nil:
+		h.awaitCalls(ctx, s, inst, pending, calls, req, out)
+	}
+	if out.Verdict == Forward {
+		// The client's body is consumed: whoever forwards the request, the plugin or the failure policy, sends
+		// what was read.
+		out.Body = body
+	}
 }
 
 // runOnWorker runs fn on the slot's worker; the caller holds the slot.

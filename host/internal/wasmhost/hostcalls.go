@@ -42,10 +42,15 @@ func statusFor(ok bool) status {
 
 // buffer returns the buffer of type t. VM configuration is always readable; the plugin configuration only while
 // proxy_on_configure runs (Envoy keeps it in temp_plugin_ for that call only); an HTTP call's response body only
-// while proxy_on_http_call_response runs for it. Request and response bodies are not available to this
-// headers-only host.
+// while proxy_on_http_call_response runs for it; a stream's request body from its proxy_on_request_body for as
+// long as its request is open (cpp-host keeps the body buffer it was handed). Response bodies are not available:
+// this host does not process responses.
 func (inst *instance) buffer(t uint32) ([]byte, bool) {
 	switch t {
+	case bufferTypeRequestBody:
+		if s := inst.effective.stream; s != nil && s.bodyRead && s.requestOpen {
+			return s.body, true
+		}
 	case bufferTypeVMConfig:
 		return inst.host.opts.VMConfiguration, true
 	case bufferTypePluginConfig:
@@ -340,8 +345,8 @@ func (inst *instance) localBody(body []byte) []byte {
 
 // proxy_send_local_response(status, details_data, details_size, body_data, body_size, headers_data,
 // headers_size, grpc_status): recorded now, sent after the callback returns, and forces a pause. Only the first
-// reply of a stream counts, and only while its request is open (the request-headers callback and callbacks while
-// the stream waits for HTTP calls), the phases this host runs before the request is answered.
+// reply of a stream counts, and only while its request is open (the request-headers and request-body callbacks and
+// callbacks while the stream waits for HTTP calls), the phases this host runs before the request is answered.
 func proxySendLocalResponse(inst *instance, stack []uint64) {
 	details, okDetails := inst.read(u32(stack[1]), u32(stack[2]))
 	body, okBody := inst.read(u32(stack[3]), u32(stack[4]))

@@ -40,9 +40,9 @@ type HTTPCallResponse struct {
 	Trailers [][2]string
 }
 
-// ErrStreamLost reports a stream paused for an HTTP call whose instance failed before the call returned: its
-// contexts are gone, so the failure policy answers the request.
-var ErrStreamLost = errors.New("the Wasm VM instance holding the paused request failed while its HTTP call ran")
+// ErrStreamLost reports a stream paused for an HTTP call or for its body whose instance failed before the call
+// returned or the body arrived: its contexts are gone, so the failure policy answers the request.
+var ErrStreamLost = errors.New("the Wasm VM instance holding the paused request failed while the request waited")
 
 // errNoResponse stands for a caller that returned neither a response nor an error.
 var errNoResponse = errors.New("HTTP call returned no response")

@@ -30,7 +30,7 @@ type guestExports struct {
 	initialize, mainWithArgs, mainVoid, start api.Function
 	malloc                                    api.Function
 	onContextCreate, onVMStart, onConfigure   api.Function
-	onRequestHeaders                          api.Function
+	onRequestHeaders, onRequestBody           api.Function
 	onLog, onDone, onDelete                   api.Function
 	onHTTPCallResponse                        api.Function
 }
@@ -56,8 +56,14 @@ type stream struct {
 	props       *Properties
 
 	// requestOpen is true from proxy_on_request_headers until the request is forwarded or answered, also while
-	// the stream waits for HTTP calls: the request headers may change and a local response may be sent.
+	// the stream waits for its body or for HTTP calls: the request headers may change and a local response may be
+	// sent.
 	requestOpen, inLog bool
+
+	// awaitingBody: proxy_on_request_headers paused the request for its body, which comes next. body is the
+	// body once read (bodyRead), readable as buffer type 0 while the request is open.
+	awaitingBody, bodyRead bool
+	body                   []byte
 
 	routeCacheCleared bool
 	response          *LocalResponse
@@ -392,11 +398,33 @@ func (inst *instance) startStream(ctx context.Context, req *Request, out *Outcom
 			return nil
 		}
 	}
+	// A pause with nothing outstanding waits for the body: Envoy, with allow_on_headers_stop_iteration, takes
+	// it for StopIteration and hands the filter the body next. Without a body, or a callback for it, nothing can
+	// resume the stream.
+	s.awaitingBody = action != actionContinue && len(s.calls.tokens) == 0 && !s.endOfStream &&
+		req.Body != nil && f.onRequestBody != nil
 	return inst.settle(s, req, out, uint32(action))
 }
 
-// settle decides the stream after a callback. A decided stream is finished; a paused one with HTTP calls
-// outstanding is returned to wait for them.
+// deliverBody runs proxy_on_request_body(id, body size, end_of_stream 1) with the whole body, readable as buffer
+// type 0, and settles the stream as after its headers: the callback's header changes, route-cache clears, local
+// response and HTTP calls count alike. It returns the stream if it waits for HTTP calls, nil once out holds the
+// outcome.
+func (inst *instance) deliverBody(s *stream, body []byte, req *Request, out *Outcome) *stream {
+	s.awaitingBody = false
+	s.body, s.bodyRead = body, true
+	inst.stack[0], inst.stack[1], inst.stack[2] = uint64(s.id), uint64(len(body)), 1
+	action, err := inst.invoke(inst.fns.onRequestBody, s.guestContext())
+	if err != nil {
+		inst.host.applyFailurePolicy(req, out, err)
+		inst.releaseStream(s)
+		return nil
+	}
+	return inst.settle(s, req, out, uint32(action))
+}
+
+// settle decides the stream after a callback. A decided stream is finished; a paused one waiting for HTTP calls
+// or for its body is returned to wait.
 func (inst *instance) settle(s *stream, req *Request, out *Outcome, action uint32) *stream {
 	if !inst.decide(s, req, out, action) {
 		return s
@@ -431,7 +459,7 @@ func (inst *instance) finishStream(s *stream, out *Outcome) {
 
 // decide turns the stream's state after a callback into the outcome and reports whether it has one. A local
 // response forces a pause whatever the callback returned (cpp-host stopNextIteration); a paused stream waits
-// while HTTP calls are outstanding.
+// while HTTP calls are outstanding, or for the body it paused its headers for.
 func (inst *instance) decide(s *stream, req *Request, out *Outcome, action uint32) bool {
 	out.RouteCacheCleared = s.routeCacheCleared
 	switch {
@@ -441,7 +469,7 @@ func (inst *instance) decide(s *stream, req *Request, out *Outcome, action uint3
 	case action == actionContinue || s.continueRequested:
 		out.Verdict = Forward
 		out.Headers = slices.Clone(s.headers)
-	case len(s.calls.tokens) > 0:
+	case len(s.calls.tokens) > 0, s.awaitingBody:
 		return false
 	default:
 		inst.host.applyFailurePolicy(req, out, ErrStreamPaused)
@@ -451,7 +479,8 @@ func (inst *instance) decide(s *stream, req *Request, out *Outcome, action uint3
 }
 
 // ErrStreamPaused reports a stream the plugin paused without a local response, a proxy_continue_stream call or
-// an HTTP call outstanding: nothing can resume it, so the failure policy answers it.
+// an HTTP call outstanding, and not for a body it can be given: nothing can resume it, so the failure policy
+// answers it.
 var ErrStreamPaused = errors.New("plugin paused the request without sending a response or resuming it")
 
 // newStream registers a stream context for req, reusing a finished one.
@@ -486,7 +515,7 @@ func (inst *instance) releaseStream(s *stream) {
 		inst.shutdownRoot(root)
 	}
 	clear(s.headers)
-	s.root, s.ctx, s.props, s.response = nil, nil, nil, nil
+	s.root, s.ctx, s.props, s.response, s.body = nil, nil, nil, nil, nil
 	s.calls = streamCalls{tokens: s.calls.tokens[:0]}
 	inst.spareStreams = append(inst.spareStreams, s)
 }
@@ -530,6 +559,7 @@ var exportSpecs = []exportSpec{
 	{"proxy_on_vm_start", 2, 1, func(g *guestExports) *api.Function { return &g.onVMStart }},
 	{"proxy_on_configure", 2, 1, func(g *guestExports) *api.Function { return &g.onConfigure }},
 	{"proxy_on_request_headers", 3, 1, func(g *guestExports) *api.Function { return &g.onRequestHeaders }},
+	{"proxy_on_request_body", 3, 1, func(g *guestExports) *api.Function { return &g.onRequestBody }},
 	{"proxy_on_log", 1, 0, func(g *guestExports) *api.Function { return &g.onLog }},
 	{"proxy_on_done", 1, 1, func(g *guestExports) *api.Function { return &g.onDone }},
 	{"proxy_on_delete", 1, 0, func(g *guestExports) *api.Function { return &g.onDelete }},

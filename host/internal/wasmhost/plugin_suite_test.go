@@ -151,6 +151,23 @@ type hostedPlugin struct {
 }
 
 func (p *hostedPlugin) Request(method, path string, headers ...[2]string) plugintest.Result {
+	return p.run(p.request(method, path, headers)).Result
+}
+
+// Write runs a stream with a body, which the host hands the plugin if it pauses the request headers for it.
+func (p *hostedPlugin) Write(method, path, contentType string, body []byte, headers ...[2]string) plugintest.Result {
+	req := p.request(method, path, append([][2]string{{"content-type", contentType}, {"content-length", strconv.Itoa(len(body))}}, headers...))
+	req.EndOfStream = false
+	reader := &fakeBody{body: body}
+	req.Body = reader
+	res := p.run(req)
+	if res.Forwarded && reader.reads.Load() > 0 && !bytes.Equal(res.Body, body) {
+		p.t.Errorf("the plugin read a body of %d bytes and the host forwards %d", len(body), len(res.Body))
+	}
+	return res.Result
+}
+
+func (p *hostedPlugin) request(method, path string, headers [][2]string) *Request {
 	req := &Request{
 		Headers:     append([][2]string{{":method", method}, {":path", path}, {":authority", "kube.example"}, {":scheme", "https"}}, headers...),
 		EndOfStream: true,
@@ -161,9 +178,19 @@ func (p *hostedPlugin) Request(method, path string, headers ...[2]string) plugin
 		req.Properties.TLS.SubjectPeerCertificate = p.subject
 		req.Properties.TLS.SHA256PeerCertificateDigest = p.digest
 	}
+	return req
+}
+
+// hostedResult is the suite's result with the body the host forwards.
+type hostedResult struct {
+	plugintest.Result
+	Body []byte
+}
+
+func (p *hostedPlugin) run(req *Request) hostedResult {
 	out := p.host.HandleRequestHeaders(context.Background(), req)
-	if out.Failed != nil {
-		p.t.Fatalf("plugin failed: %v", out.Failed)
+	if out.Failed != nil || out.BodyFailed != nil {
+		p.t.Fatalf("plugin failed: %v %v", out.Failed, out.BodyFailed)
 	}
 	if out.RouteCacheCleared {
 		p.clears++
@@ -173,7 +200,7 @@ func (p *hostedPlugin) Request(method, path string, headers ...[2]string) plugin
 	if out.Response != nil {
 		res.Local = &plugintest.LocalResponse{Status: out.Response.Status, Headers: out.Response.Headers, Body: out.Response.Body}
 	}
-	return res
+	return hostedResult{Result: res, Body: out.Body}
 }
 
 func (p *hostedPlugin) Reconfigure(config []byte) error {

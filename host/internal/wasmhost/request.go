@@ -12,8 +12,22 @@ type Request struct {
 	Headers [][2]string
 	// EndOfStream is true when the request has no body.
 	EndOfStream bool
+	// Body supplies the request's body when the plugin asks for it; nil when the caller cannot, and then a plugin
+	// that pauses the request headers to wait for the body gets the failure policy (ErrStreamPaused).
+	Body BodyReader
 	// Properties are the connection and request attributes readable through proxy_get_property.
 	Properties Properties
+}
+
+// BodyReader reads a request's body for the plugin. The plugin asks for it as it asks Envoy
+// (allow_on_headers_stop_iteration, Envoy's answer to a pause being StopIteration): proxy_on_request_headers pauses
+// a request that has a body, with no local response, no proxy_continue_stream and no HTTP call outstanding. The
+// host then calls ReadBody once, on the goroutine that called HandleRequestHeaders and without holding a VM
+// instance, so a body that arrives slowly keeps no instance from other requests.
+type BodyReader interface {
+	// ReadBody returns the whole body. It bounds the body's size and the time it may take itself: the host waits
+	// for it as long as it runs. An error ends the stream as Envoy ends a reset stream (Outcome.BodyFailed).
+	ReadBody() ([]byte, error)
 }
 
 // Properties are the per-request attributes a plugin reads with proxy_get_property, encoded as Envoy encodes
@@ -109,6 +123,15 @@ type Outcome struct {
 	RouteCacheCleared bool
 	// Response is the reply to send (Verdict Respond).
 	Response *LocalResponse
+	// Body is the request body to forward in place of the client's (Verdict Forward) once the plugin read it
+	// through proxy_on_request_body: the client's body is then consumed. It holds the bytes as the plugin left
+	// them, which are those the client sent (this host does not implement proxy_set_buffer_bytes); an empty body
+	// read is empty, not nil. Nil when the plugin did not ask for the body, which then streams as it comes.
+	Body []byte
+	// BodyFailed is why the body the plugin asked for could not be read (BodyReader's error): the stream was
+	// finished as Envoy finishes a reset stream and Verdict is Reset. It is the client's failure, not the
+	// plugin's: Failed stays nil, or holds the context's error if the context ended too.
+	BodyFailed error
 	// Failed is non-nil when the plugin could not process the request; Verdict and the rest then follow the
 	// failure policy, except for a trap after the request-headers callback, which keeps the plugin's verdict,
 	// and for a request whose context ended first (Failed is the context's error, Verdict Reset).

@@ -26,6 +26,7 @@ const (
 	mapTypeHTTPCallResponseHeaders = 6
 	mapTypeHTTPCallResponseTrailer = 7
 	mapTypeLast                    = 7
+	bufferTypeRequestBody          = 0
 	bufferTypeHTTPCallResponseBody = 4
 	bufferTypeVMConfig             = 6
 	bufferTypePluginConfig         = 7

@@ -186,14 +186,19 @@ type probeSpec struct {
 	markers bool
 	// requestHeadersAction is returned by proxy_on_request_headers.
 	requestHeadersAction int32
+	// requestBody makes the module export proxy_on_request_body, returning Continue.
+	requestBody bool
 }
 
-// lifecycleCallbacks are the callbacks a probe exports, with their parameter count and whether they return i32.
-var lifecycleCallbacks = []struct {
+// callbackSpec is a callback a probe exports, with its parameter count and the i32 it returns.
+type callbackSpec struct {
 	name    string
 	params  int
 	returns int32 // -1: no result
-}{
+}
+
+// lifecycleCallbacks are the callbacks every probe exports.
+var lifecycleCallbacks = []callbackSpec{
 	{"proxy_on_context_create", 2, -1},
 	{"proxy_on_vm_start", 2, 1},
 	{"proxy_on_configure", 2, 1},
@@ -248,7 +253,11 @@ func (spec probeSpec) build() []byte {
 		m.addFunc("_initialize", none, none, m.callWithZeros(spec.initializeCalls))
 	}
 	offset := uint32(markerBase)
-	for _, cb := range lifecycleCallbacks {
+	callbacks := lifecycleCallbacks
+	if spec.requestBody {
+		callbacks = append(slices.Clone(callbacks), callbackSpec{"proxy_on_request_body", 3, 0})
+	}
+	for _, cb := range callbacks {
 		var body []byte
 		if spec.markers {
 			m.data = append(m.data, wasmData{offset, []byte(cb.name)})

@@ -18,6 +18,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -120,6 +122,9 @@ type httpContext struct {
 	id     uint32
 	// then is what the HTTP call response callback does (x-call-then).
 	then string
+	// bodyThen is what the request body callback does (x-body-then); bodyInHeaders is what reading the body
+	// from the request headers callback returned.
+	bodyThen, bodyInHeaders string
 }
 
 // garbage keeps recent GC-stress allocations reachable for a while so that the collector has work to do.
@@ -176,8 +181,54 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	case "call":
 		h.then = requestHeaderOr("x-call-then", "respond")
 		return h.dispatch("/check")
+	case "body":
+		// Pausing a request with a body asks for the body; nothing is changed here, so that what the body
+		// callback changes shows alone.
+		_, err := proxywasm.GetHttpRequestBody(0, 1)
+		h.bodyInHeaders = fmt.Sprint(err)
+		h.bodyThen = requestHeaderOr("x-body-then", "summary")
+		return types.ActionPause
 	}
 	return h.simple()
+}
+
+// OnHttpRequestBody acts on the whole body as x-body-then says: summary forwards the request with
+// x-body-summary (the size it was called with, end_of_stream, and the size and SHA-256 of what it read) and
+// x-body-in-headers; plain forwards it unchanged; foreign only calls clear_route_cache; respond answers 201 with
+// the body it read; call sends GET /check and continues after its response (continue-with-body); pause does
+// nothing; trap panics.
+func (h *httpContext) OnHttpRequestBody(size int, endOfStream bool) types.Action {
+	if !endOfStream {
+		return types.ActionPause
+	}
+	body, err := proxywasm.GetHttpRequestBody(0, size)
+	if size > 0 {
+		// The SDK reads an empty buffer as NotFound, in Envoy too, which returns no bytes for it.
+		mustNot(err)
+	}
+	switch h.bodyThen {
+	case "summary":
+		mustNot(proxywasm.ReplaceHttpRequestHeader("x-body-summary", bodySummary(size, endOfStream, body)))
+		mustNot(proxywasm.ReplaceHttpRequestHeader("x-body-in-headers", h.bodyInHeaders))
+	case "foreign":
+		_, err := proxywasm.CallForeignFunction("clear_route_cache", nil)
+		mustNot(err)
+	case "respond":
+		mustNot(proxywasm.SendHttpResponse(201, [][2]string{{"x-body-size", strconv.Itoa(len(body))}}, body, -1))
+	case "call":
+		h.then = "continue-with-body"
+		return h.dispatch("/check")
+	case "pause":
+		return types.ActionPause
+	case "trap":
+		panic("deliberate trap in the request body callback")
+	}
+	return types.ActionContinue
+}
+
+func bodySummary(size int, endOfStream bool, body []byte) string {
+	sum := sha256.Sum256(body)
+	return fmt.Sprintf("size=%d end=%v read=%d sha256=%s", size, endOfStream, len(body), hex.EncodeToString(sum[:]))
 }
 
 // requestHeader is the first value of a request header, read from the whole map as skewgate's plugin reads it.
@@ -239,6 +290,14 @@ func (h *httpContext) onCallResponse(numHeaders, bodySize, numTrailers int) {
 		h.dispatch("/again")
 	case "continue":
 		mustNot(proxywasm.ReplaceHttpRequestHeader("x-call-summary", summary))
+		mustNot(proxywasm.ResumeHttpRequest())
+	case "continue-with-body":
+		body, err := proxywasm.GetHttpRequestBody(0, 1<<20)
+		read := fmt.Sprint(err)
+		if err == nil {
+			read = bodySummary(len(body), true, body)
+		}
+		mustNot(proxywasm.ReplaceHttpRequestHeader("x-call-request-body", read))
 		mustNot(proxywasm.ResumeHttpRequest())
 	case "trap":
 		panic("deliberate trap in the HTTP call response callback")
@@ -368,6 +427,10 @@ func (h *httpContext) OnHttpStreamDone() {
 	// Runs from proxy_on_log: request headers are still readable, as in Envoy's access-log phase.
 	if _, err := proxywasm.GetHttpRequestHeaders(); err != nil {
 		proxywasm.LogErrorf("request headers unreadable in log phase: %v", err)
+	}
+	// Once the request is forwarded or answered, its body is no longer the plugin's to read.
+	if _, err := proxywasm.GetHttpRequestBody(0, 1); err == nil {
+		proxywasm.LogError("request body readable in log phase")
 	}
 }
 
