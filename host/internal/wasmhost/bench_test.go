@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/skewgate/skewgate/host/internal/envoyabi"
 )
@@ -80,6 +81,40 @@ func BenchmarkReplaceHeaderMapValue(b *testing.B) {
 					b.Fatalf("status %d", st)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkRequestBodyCallback runs a stream paused for its body (headers, the body read and handed to
+// proxy_on_request_body, which reads it whole, then log, done, delete) beside a headers-only stream of the same
+// guest, alternately in one run: ns/headers-only, ns/body and their ratio, for bodies up to the 1 MiB a gateway
+// reads.
+func BenchmarkRequestBodyCallback(b *testing.B) {
+	for _, size := range []int{1 << 10, 64 << 10, 1 << 20} {
+		b.Run(fmt.Sprintf("body=%dKiB", size>>10), func(b *testing.B) {
+			opts := guestOptions(b, nil)
+			opts.Instances = 1
+			h := newHost(b, guestWasm(b), opts)
+			ctx := context.Background()
+			headersOnly := opRequest("metrics")
+			withBody := bodyRequest("plain", &fakeBody{body: make([]byte, size)})
+			var headersTime, bodyTime time.Duration
+			b.ReportAllocs()
+			for b.Loop() {
+				start := time.Now()
+				if out := h.HandleRequestHeaders(ctx, headersOnly); out.Failed != nil || out.Verdict != Forward {
+					b.Fatalf("headers-only outcome %+v", out)
+				}
+				between := time.Now()
+				if out := h.HandleRequestHeaders(ctx, withBody); out.Failed != nil || out.Verdict != Forward || len(out.Body) != size {
+					b.Fatalf("body outcome %+v", out)
+				}
+				headersTime += between.Sub(start)
+				bodyTime += time.Since(between)
+			}
+			b.ReportMetric(float64(headersTime.Nanoseconds())/float64(b.N), "ns/headers-only")
+			b.ReportMetric(float64(bodyTime.Nanoseconds())/float64(b.N), "ns/body")
+			b.ReportMetric(float64(bodyTime)/float64(headersTime), "body/headers-only")
 		})
 	}
 }
