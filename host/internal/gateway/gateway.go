@@ -18,16 +18,20 @@
 // server able to serve it, whatever its method, when its body is empty or
 // was buffered: bodies up to 1 MiB, within a budget in all and per client;
 // so is a read (GET or HEAD) whose connection was lost before it was answered.
-// Upstream's Mixed Version Proxy retries nothing. Everything else that fails
-// is answered 503 with a Kubernetes Status body and Retry-After; a request
-// that is not long-running and gets no response headers within
+// Upstream's Mixed Version Proxy retries nothing. A body the plugin asks for
+// (its request-headers callback pauses a request with a body) is read whole
+// first, within the same budget and request timeout, with no plugin VM held
+// meanwhile, and handed to the plugin's request-body callback; it is then
+// sent from memory, so it too can be sent again. Such a body over 1 MiB is
+// answered 413, as Envoy answers a body beyond its buffer. Everything else
+// that fails is answered 503 with a Kubernetes Status body and Retry-After; a
+// request that is not long-running and gets no response headers within
 // RequestTimeout, or whose buffered body does not arrive within it, is
 // answered 504, as kube-apiserver answers it. Requests beyond the in-flight
 // limits, or finding no plugin VM in time, are answered 429 with Retry-After.
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -72,8 +76,9 @@ const (
 // and so do bodies beyond the buffer budget (Options.MaxBufferedRequestBytes).
 const maxReplayableBody = 1 << 20
 
-// PluginHost runs a request's headers through the plugin; *wasmhost.Host is
-// the implementation.
+// PluginHost runs a request's headers, and its body if the plugin asks for
+// it (wasmhost.Request.Body), through the plugin; *wasmhost.Host is the
+// implementation.
 type PluginHost interface {
 	HandleRequestHeaders(ctx context.Context, req *wasmhost.Request) wasmhost.Outcome
 }
@@ -134,10 +139,12 @@ type Options struct {
 	// accepts them. Zero: no limit.
 	MaxConnections, MaxConnectionsPerClient int
 	// MaxBufferedRequestBytes bounds the request bodies held in memory so
-	// that their requests can be sent again; MaxBufferedRequestBytesPerClient
-	// bounds those of one source address. A body beyond either streams, and
-	// its request is not retried. Defaults DefaultMaxBufferedRequestBytes and
-	// DefaultMaxBufferedRequestBytesPerClient (at most the total).
+	// that their requests can be sent again, or because the plugin reads
+	// them; MaxBufferedRequestBytesPerClient bounds those of one source
+	// address. A body beyond either streams, and its request is not retried;
+	// one the plugin asks for is answered 429 with Retry-After. Defaults
+	// DefaultMaxBufferedRequestBytes and DefaultMaxBufferedRequestBytesPerClient
+	// (at most the total).
 	MaxBufferedRequestBytes, MaxBufferedRequestBytesPerClient int64
 	// Requests, when set, counts the shapes of the resource requests received.
 	Requests *RequestLog
@@ -544,8 +551,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer req.release()
+	req.offerBody(g, rec, r, arrived)
 	out := g.opts.Plugin.HandleRequestHeaders(r.Context(), &req.Request)
 	verdict = out.Verdict
+	if out.BodyFailed != nil {
+		// Before the context: a body read that fails on an HTTP/1.x
+		// connection ends it, a read deadline too.
+		g.answerBodyFailure(rec, r, out.BodyFailed)
+		return
+	}
 	if r.Context().Err() != nil {
 		// The client left while the plugin ran or its call was pending: there
 		// is nobody to answer, and the plugin did not fail.
@@ -571,7 +585,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// on HTTP/2, closed connection on HTTP/1.1).
 		panic(http.ErrAbortHandler)
 	default:
-		g.forward(rec, r, &target, s, out.Headers, arrived)
+		if req.body.read {
+			// The client's body is consumed; what the plugin read goes in its
+			// place.
+			replayable(r, out.Body)
+		}
+		g.forward(rec, r, &target, s, out.Headers, req.body.read, arrived)
 	}
 }
 
@@ -590,8 +609,9 @@ func (g *Gateway) resolve(s *state, cluster string) (b *backend, frontProxy bool
 }
 
 // forward proxies the request with the plugin's headers to the backend it
-// chose, or to one in round robin.
-func (g *Gateway) forward(w *statusRecorder, r *http.Request, target *discovery.Target, s *state, headers [][2]string, arrived time.Time) {
+// chose, or to one in round robin; buffered says that the body is already in
+// memory (the plugin read it), so the request can be sent again as it is.
+func (g *Gateway) forward(w *statusRecorder, r *http.Request, target *discovery.Target, s *state, headers [][2]string, buffered bool, arrived time.Time) {
 	upgrade := upgradeType(r.Header)
 	class := target.Class(r.Method, upgrade != "")
 	ex := &exchange{
@@ -600,7 +620,7 @@ func (g *Gateway) forward(w *statusRecorder, r *http.Request, target *discovery.
 		target:     target,
 		headers:    headers,
 		upgrade:    upgrade,
-		replayable: r.ContentLength == 0,
+		replayable: r.ContentLength == 0 || buffered,
 		body:       w.body,
 	}
 	to := (*backend)(nil)
@@ -683,8 +703,7 @@ func (g *Gateway) bufferBody(w *statusRecorder, r *http.Request, ex *exchange, a
 		writeStatus(w, &apierrors.NewBadRequest("the request body ended before its Content-Length").ErrStatus)
 		return false
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	replayable(r, body)
 	ex.replayable = true
 	return true
 }

@@ -85,19 +85,22 @@ func pluginRequest(r *http.Request) (*pooledRequest, error) {
 }
 
 // pooledRequest is a plugin request with the buffers it is built in, reused
-// from one request to the next.
+// from one request to the next, and the reader of its body (offerBody).
 type pooledRequest struct {
 	wasmhost.Request
 	tls   wasmhost.TLSProperties
 	names []string
+	body  pluginBody
 }
 
 var requestPool = sync.Pool{New: func() any { return new(pooledRequest) }}
 
 // release returns the request to the pool once neither it nor the outcome
 // of the plugin that saw it is used any more (the failure policy may forward
-// the request's own headers).
+// the request's own headers, and a body the plugin read is held until the
+// request is answered).
 func (p *pooledRequest) release() {
+	p.body.release()
 	clear(p.Headers)
 	p.Request = wasmhost.Request{Headers: p.Headers[:0]}
 	p.tls = wasmhost.TLSProperties{}
