@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +21,9 @@ import (
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
 	"github.com/skewgate/skewgate/fixtures"
+	"github.com/skewgate/skewgate/fixtures/fieldselectors"
 	"github.com/skewgate/skewgate/host/internal/envoyabi"
+	"github.com/skewgate/skewgate/host/internal/schemafields"
 )
 
 // The built plugin in this host against its native decision core, on the
@@ -346,17 +350,16 @@ func BenchmarkPluginConfigure(b *testing.B) {
 }
 
 // BenchmarkPluginConfigure64 is a snapshot push of 64 servers (the captured
-// v1.35.4, v1.36.3 and v1.37.2 documents in turn), without and with
-// field-level data shaped like the skew the captured schemas show between
-// v1.36.3 and v1.37.2 (benchFieldData): the native core against
-// Host.Configure on one VM, with the configuration's size.
+// v1.35.4, v1.36.3 and v1.37.2 documents in turn) without field-level data,
+// and of 3 and 64 servers of each pair of adjacent versions whose schemas
+// schema-skew.json compares (the older and the newer in turn) with the
+// field-level data the controller computes for them (benchFieldData): the
+// servers' missing fields alone (what a schema 1.2 controller sends) and with
+// the field skew. The native core against Host.Configure on one VM, with the
+// configuration's size.
 func BenchmarkPluginConfigure64(b *testing.B) {
-	for _, fields := range []bool{false, true} {
-		name := "servers=64"
-		if fields {
-			name += "/field-data"
-		}
-		snapshots := [][]byte{benchSnapshot64(b, 2, fields), benchSnapshot64(b, 3, fields)}
+	run := func(name string, snapshot func(generation uint64) []byte) {
+		snapshots := [][]byte{snapshot(2), snapshot(3)}
 		configs := [][]byte{pluginConfigOf(b, snapshots[0]), pluginConfigOf(b, snapshots[1])}
 		b.Run(name+"/native", func(b *testing.B) {
 			benchNativeConfigure(b, snapshots)
@@ -374,54 +377,283 @@ func BenchmarkPluginConfigure64(b *testing.B) {
 			b.ReportMetric(float64(len(configs[0])), "config-bytes")
 		})
 	}
+	run("servers=64", func(generation uint64) []byte { return benchSnapshot64(b, generation) })
+	pairs, err := fixtures.LoadSchemaSkew()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, pair := range pairs {
+		for _, n := range []int{3, 64} {
+			for _, data := range []string{"missing-fields", "field-skew"} {
+				run(fmt.Sprintf("pair=%s-%s/servers=%d/%s", pair.Older, pair.Newer, n, data), func(generation uint64) []byte {
+					members := benchPlane(b, n, "", pair.Older, pair.Newer)
+					fieldSkew := benchFieldData(b, members)
+					if data == "missing-fields" {
+						fieldSkew = nil
+					}
+					return encodeWithFieldSkew(b, generation, members, fieldSkew)
+				})
+			}
+		}
+	}
 }
 
-// benchSnapshot64 is fixtureSnapshot's 64 servers, every one healthy, with
-// benchFieldData or none.
-func benchSnapshot64(tb testing.TB, generation uint64, fields bool) []byte {
+// benchSnapshot64 is 64 servers of the captured plane (benchPlaneVersions),
+// every one healthy, without field-level data.
+func benchSnapshot64(tb testing.TB, generation uint64) []byte {
 	tb.Helper()
-	captured, err := fixtures.Servers("default", benchPlaneVersions...)
+	return discoverytest.Encode(generation, "", benchPlane(tb, 64, "", benchPlaneVersions...)...)
+}
+
+// benchPlane is n servers of the captured default documents of versions in
+// turn, each with its own id and cluster; the servers of version down are
+// unhealthy.
+func benchPlane(tb testing.TB, n int, down string, versions ...string) []discovery.Server {
+	tb.Helper()
+	captured, err := fixtures.Servers("default", versions...)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	members := make([]discovery.Server, 64)
+	members := make([]discovery.Server, n)
 	for i := range members {
 		s := captured[i%len(captured)]
-		members[i] = discoverytest.ServerOf(fmt.Sprintf("%s-%02d", s.ID, i), fmt.Sprintf("kube-%02d", i), s.Version, true, s.APIs, s.API, nil)
-		if fields {
-			benchFieldData(&members[i])
-		}
+		members[i] = discoverytest.ServerOf(fmt.Sprintf("%s-%02d", s.ID, i), fmt.Sprintf("kube-%02d", i), s.Version,
+			s.Version != down, s.APIs, s.API, nil)
 	}
-	return discoverytest.Encode(generation, "", members...)
+	return members
 }
 
-// benchFieldData gives a server of the captured plane the field-level data
-// the comparison of v1.36.3 and v1.37.2 yields: resource slices accept
-// spec.pool.name as a field-selector label from v1.37 on, and the older
-// servers' schemas of 14 kinds lack fields (as many as 59 paths for jobs, of
-// which the snapshot carries discovery.MaxMissingFields, 60 to 70 bytes each).
-func benchFieldData(srv *discovery.Server) {
-	labels := []string{"metadata.name", "spec.driver", "spec.nodeName"}
-	if srv.Version == "v1.37.2" {
-		labels = append(labels, "spec.pool.name")
+// encodeWithFieldSkew encodes the snapshot of the servers with the field
+// skew, which NewSnapshot does not take.
+func encodeWithFieldSkew(tb testing.TB, generation uint64, members []discovery.Server, fieldSkew map[string]discovery.FieldSkew) []byte {
+	tb.Helper()
+	snap, err := discovery.NewSnapshot(generation, "", members)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	srv.FieldSelectors = map[string][]string{"resource.k8s.io/v1/resourceslices": labels}
-	if srv.Version == "v1.37.2" {
-		return
+	snap.FieldSkew = fieldSkew
+	if err := snap.Validate(); err != nil {
+		tb.Fatal(err)
 	}
-	srv.MissingFields = map[string][]string{}
-	for _, kind := range []string{
-		"apps/v1/daemonsets", "apps/v1/deployments", "apps/v1/replicasets", "apps/v1/statefulsets",
-		"autoscaling/v2/horizontalpodautoscalers", "batch/v1/cronjobs", "batch/v1/jobs",
-		"resource.k8s.io/v1/resourceclaims", "resource.k8s.io/v1/resourceclaimtemplates", "resource.k8s.io/v1/resourceslices",
-		"storage.k8s.io/v1/csinodes", "v1/nodes", "v1/persistentvolumeclaims", "v1/pods",
-	} {
-		var paths []string
-		for p := range discovery.MaxMissingFields {
-			paths = append(paths, fmt.Sprintf("spec.template.spec.containers[].lifecycle.postStart.httpGet.field%02d", p))
+	return snap.AppendJSON(nil)
+}
+
+// benchFieldData gives the servers (of captured versions, each adjacent two
+// of which schema-skew.json compares) the field-level data the controller
+// computes for them, and returns the snapshot's field skew. Their schemas
+// are capturedKindFields; as the controller does, it compares the healthy
+// servers that serve a resource, gives each the first
+// discovery.MaxMissingFields paths the others' schemas have and its own
+// lacks, and lists the paths schemafields.Differing yields, each schema's
+// servers together. Field-selector labels are those of the versions'
+// captured tables, for the resources every table lists and some two tables
+// differ on (resource slices between v1.36 and v1.37, services between v1.30
+// and v1.31).
+func benchFieldData(tb testing.TB, members []discovery.Server) map[string]discovery.FieldSkew {
+	tb.Helper()
+	var versions []string
+	for _, m := range members {
+		if !slices.Contains(versions, m.Version) {
+			versions = append(versions, m.Version)
 		}
-		srv.MissingFields[kind] = paths
 	}
+	slices.Sort(versions) // the captured versions are all v1.3x.y
+	fields := capturedKindFields(tb, versions)
+
+	tables, err := fieldselectors.Tables()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	labels := map[string]map[string][]string{}
+	for _, t := range tables {
+		if slices.Contains(versions, t.Version) {
+			labels[t.Version] = t.Resources
+		}
+	}
+	for key, first := range labels[versions[0]] {
+		differ := false
+		for _, v := range versions {
+			l, listed := labels[v][key]
+			if !listed {
+				differ = false
+				break
+			}
+			differ = differ || !slices.Equal(l, first)
+		}
+		for i := range members {
+			if differ && servesResource(&members[i], key) {
+				if members[i].FieldSelectors == nil {
+					members[i].FieldSelectors = map[string][]string{}
+				}
+				members[i].FieldSelectors[key] = labels[members[i].Version][key]
+			}
+		}
+	}
+
+	skew := map[string]discovery.FieldSkew{}
+	for _, key := range slices.Sorted(maps.Keys(fields[versions[0]])) {
+		var distinct []schemafields.Fields
+		var f discovery.FieldSkew
+		for i := range members {
+			if !members[i].Healthy || !servesResource(&members[i], key) {
+				continue
+			}
+			mine := fields[members[i].Version][key]
+			at := slices.Index(distinct, mine)
+			if at < 0 {
+				at = len(distinct)
+				distinct = append(distinct, mine)
+				f.Schemas = append(f.Schemas, discovery.FieldSchema{Knows: []int{}})
+			}
+			f.Schemas[at].Servers = append(f.Schemas[at].Servers, i)
+		}
+		if len(distinct) < 2 {
+			continue
+		}
+		for path, having := range schemafields.Differing(distinct) {
+			for s := range f.Schemas {
+				if having&(1<<uint(s)) != 0 {
+					f.Schemas[s].Knows = append(f.Schemas[s].Knows, len(f.Paths))
+				}
+			}
+			f.Paths = append(f.Paths, path)
+		}
+		if len(f.Paths) > discovery.MaxSkewPaths {
+			tb.Fatalf("%s: %d paths differ, more than a snapshot carries", key, len(f.Paths))
+		}
+		skew[key] = f
+		for s, schema := range f.Schemas {
+			var lacking []string
+			for o := range distinct {
+				paths, _ := distinct[s].Lacks(distinct[o], discovery.MaxMissingFields)
+				lacking = append(lacking, paths...)
+			}
+			if len(lacking) == 0 {
+				continue
+			}
+			slices.Sort(lacking)
+			lacking = slices.Compact(lacking)
+			lacking = lacking[:min(len(lacking), discovery.MaxMissingFields)]
+			for _, i := range schema.Servers {
+				if members[i].MissingFields == nil {
+					members[i].MissingFields = map[string][]string{}
+				}
+				members[i].MissingFields[key] = lacking
+			}
+		}
+	}
+	return skew
+}
+
+// capturedKindFields are, per version of versions (ascending, each adjacent
+// two compared in schema-skew.json) and per resource whose schemas differ
+// between two of them, the field paths of its kind: those that differ and
+// those above them, which is all a comparison of the versions depends on.
+// A path above one that differs, and that differs itself between no two, is
+// every version's.
+func capturedKindFields(tb testing.TB, versions []string) map[string]map[string]schemafields.Fields {
+	tb.Helper()
+	pairs, err := fixtures.LoadSchemaSkew()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// differ[j][resource] are the paths that differ between versions[j] and
+	// versions[j+1], true for those only the older has.
+	differ := make([]map[string]map[string]bool, len(versions)-1)
+	paths := map[string]map[string]bool{}
+	for j := range differ {
+		i := slices.IndexFunc(pairs, func(p fixtures.SchemaSkew) bool { return p.Older == versions[j] && p.Newer == versions[j+1] })
+		if i < 0 {
+			tb.Fatalf("schema-skew.json does not compare %s and %s", versions[j], versions[j+1])
+		}
+		differ[j] = map[string]map[string]bool{}
+		for _, r := range pairs[i].Resources {
+			differ[j][r.Resource] = map[string]bool{}
+			if paths[r.Resource] == nil {
+				paths[r.Resource] = map[string]bool{}
+			}
+			for older, only := range map[bool][]string{true: r.OnlyInOlder, false: r.OnlyInNewer} {
+				for _, p := range only {
+					differ[j][r.Resource][p] = older
+					for a, ok := p, true; ok; a, ok = parentPathOf(a) {
+						paths[r.Resource][a] = true
+					}
+				}
+			}
+		}
+	}
+	has := map[string]map[string][]string{}
+	for _, v := range versions {
+		has[v] = map[string][]string{}
+	}
+	for resource, all := range paths {
+		for p := range all {
+			// Whether the oldest version has p: as the first pair that
+			// differs on it says of its older side, every version's if none.
+			in := true
+			for j := range differ {
+				if older, ok := differ[j][resource][p]; ok {
+					in = older
+					break
+				}
+			}
+			for j, v := range versions {
+				if j > 0 {
+					if _, ok := differ[j-1][resource][p]; ok {
+						in = !in
+					}
+				}
+				if in {
+					has[v][resource] = append(has[v][resource], p)
+				}
+			}
+		}
+	}
+	out := map[string]map[string]schemafields.Fields{}
+	for v, byResource := range has {
+		out[v] = map[string]schemafields.Fields{}
+		for resource := range paths {
+			ps := byResource[resource]
+			slices.Sort(ps)
+			var b strings.Builder
+			for _, p := range ps {
+				b.WriteString(p + "\n")
+			}
+			out[v][resource] = schemafields.Fields(b.String())
+		}
+	}
+	return out
+}
+
+// parentPathOf is the path p is a property of, as package schemafields
+// spells paths; ok is false for a property of the kind's root.
+func parentPathOf(p string) (parent string, ok bool) {
+	i := strings.LastIndexByte(p, '.')
+	if i < 0 {
+		return "", false
+	}
+	p = p[:i]
+	for strings.HasSuffix(p, "[]") || strings.HasSuffix(p, ".*") {
+		p = p[:len(p)-2]
+	}
+	return p, true
+}
+
+// servesResource reports whether the server's discovery lists the resource
+// a discovery.ResourceKey names.
+func servesResource(srv *discovery.Server, key string) bool {
+	for _, list := range []*discovery.GroupList{&srv.Core, &srv.APIs} {
+		for g := range list.Items {
+			for _, v := range list.Items[g].Versions {
+				for _, r := range v.Resources {
+					if discovery.ResourceKey(list.Items[g].Name(), v.Version, r.Resource) == key {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
 }
 
 func benchNativeConfigure(b *testing.B, snapshots [][]byte) {

@@ -11,8 +11,6 @@ import (
 	"testing"
 
 	"github.com/skewgate/skewgate/discovery"
-	"github.com/skewgate/skewgate/discovery/discoverytest"
-	"github.com/skewgate/skewgate/fixtures"
 	"github.com/skewgate/skewgate/host/internal/envoyabi"
 	"github.com/skewgate/skewgate/plugin/plugintest"
 )
@@ -35,26 +33,29 @@ var depthFixtureVersions = []string{"v1.35.4", "v1.36.3", "v1.37.2"}
 
 // fixtureSnapshot renders a snapshot of n servers made of the captured v1.35.4, v1.36.3 and v1.37.2 documents in
 // turn, each server with its own id and cluster; the servers of version down are unhealthy. Field-level data makes
-// the field-selector and schema rules run: the v1.35.4 servers accept fewer pod field-selector labels and lack
-// fields of jobs.
+// the field-selector and schema rules run: the v1.35.4 servers accept fewer pod field-selector labels, and the
+// healthy servers' schemas differ as the captured ones do (benchFieldData), with the field skew, but for
+// deployments and pods, which depthRequests reads as resources every server serves alike.
 func fixtureSnapshot(tb testing.TB, n int, down string) json.RawMessage {
 	tb.Helper()
-	captured, err := fixtures.Servers("default", depthFixtureVersions...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	members := make([]discovery.Server, n)
-	for i := range members {
-		s := captured[i%len(captured)]
-		members[i] = discoverytest.ServerOf(fmt.Sprintf("%s-%02d", s.ID, i), fmt.Sprintf("kube-%02d", i), s.Version,
-			s.Version != down, s.APIs, s.API, nil)
-		members[i].FieldSelectors = map[string][]string{"v1/pods": {"metadata.name", "metadata.namespace", "spec.nodeName"}}
-		if s.Version == depthFixtureVersions[0] {
-			members[i].FieldSelectors["v1/pods"] = []string{"metadata.name", "metadata.namespace"}
-			members[i].MissingFields = map[string][]string{"batch/v1/jobs": {"spec.managedBy"}}
+	members := benchPlane(tb, n, down, depthFixtureVersions...)
+	fieldSkew := benchFieldData(tb, members)
+	for _, alike := range []string{"apps/v1/deployments", "v1/pods"} {
+		delete(fieldSkew, alike)
+		for i := range members {
+			delete(members[i].MissingFields, alike)
 		}
 	}
-	return discoverytest.Encode(1, "", members...)
+	for i := range members {
+		if members[i].FieldSelectors == nil {
+			members[i].FieldSelectors = map[string][]string{}
+		}
+		members[i].FieldSelectors["v1/pods"] = []string{"metadata.name", "metadata.namespace", "spec.nodeName"}
+		if members[i].Version == depthFixtureVersions[0] {
+			members[i].FieldSelectors["v1/pods"] = []string{"metadata.name", "metadata.namespace"}
+		}
+	}
+	return encodeWithFieldSkew(tb, 1, members, fieldSkew)
 }
 
 func fixturePluginConfig(tb testing.TB, snapshot json.RawMessage, options map[string]any) []byte {
