@@ -91,7 +91,11 @@ func fieldServer(t *testing.T, id, version string, healthy bool, openAPI map[str
 
 func fieldsOf(paths ...string) schemafields.Fields {
 	slices.Sort(paths)
-	return schemafields.Fields(strings.Join(paths, "\n") + "\n")
+	var b strings.Builder
+	for _, p := range paths {
+		b.WriteString(p + "\n")
+	}
+	return schemafields.Fields(b.String())
 }
 
 // kindDoc is a reduced document with one kind.
