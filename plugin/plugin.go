@@ -182,7 +182,7 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action
 	// A malformed request target is the API server's to reject.
 	d := discovery.Decision{Action: discovery.Forward}
 	if req, ok := h.request(&h.in); ok {
-		req.BodyAwaitable = !endOfStream
+		req.BodyAwaitable = !endOfStream && h.cfg.RouteWritesByBody
 		d = h.cfg.Index.Decide(&req, h.plugin.picks)
 	}
 	if d.Action == discovery.AwaitBody {

@@ -27,6 +27,7 @@ const (
 	fieldIdentityMode                       = "identityMode"
 	fieldDiscoveryAuthorizationCacheSeconds = "discoveryAuthorizationCacheSeconds"
 	fieldSchemaSkewRouting                  = "schemaSkewRouting" // since schema 1.1
+	fieldRouteWritesByBody                  = "routeWritesByBody" // since schema 1.3
 	fieldSnapshot                           = "snapshot"
 )
 
@@ -35,7 +36,7 @@ func IsField(name string) bool {
 	switch name {
 	case discovery.SchemaVersionMember, discovery.RequiresSchemaVersionMember,
 		fieldRoutingHeader, fieldRetryAfterSeconds, fieldTrustPeerProxiedHeader,
-		fieldIdentityMode, fieldDiscoveryAuthorizationCacheSeconds, fieldSchemaSkewRouting, fieldSnapshot:
+		fieldIdentityMode, fieldDiscoveryAuthorizationCacheSeconds, fieldSchemaSkewRouting, fieldRouteWritesByBody, fieldSnapshot:
 		return true
 	}
 	return false
@@ -117,6 +118,12 @@ type Options struct {
 	// merged discovery request.
 	DiscoveryAuthorizationCacheSeconds int
 	SchemaSkewRouting                  SchemaSkewRouting
+	// RouteWritesByBody lets the plugin wait for the body of a write to a
+	// resource whose schemas differ, and route it by the fields it sets. Set
+	// only by a host that then hands the plugin the body: skewgate's does,
+	// Envoy from 1.35 with the filter's allow_on_headers_stop_iteration; an
+	// Envoy without it would hold such a write forever. Absent, false.
+	RouteWritesByBody bool
 }
 
 // Defaults are the options of a configuration that sets none.
@@ -139,7 +146,7 @@ var (
 	errAuthorizationCache    = errors.New("must be an integer from 0 to " + strconv.Itoa(MaxDiscoveryAuthorizationCacheSeconds))
 	errIdentityMode          = errors.New(`must be "` + string(IdentityPassthrough) + `" or "` + string(IdentityFrontProxy) + `"`)
 	errSchemaSkewRouting     = errors.New(`must be "` + string(SchemaSkewReadsAndWrites) + `" or "` + string(SchemaSkewWrites) + `"`)
-	errTrustPeerProxied      = errors.New("must be true or false")
+	errNotABool              = errors.New("must be true or false")
 	errRoutingHeaderString   = errors.New("must be a string")
 )
 
@@ -252,9 +259,20 @@ func (o Options) Marshal(rawSnapshot []byte) ([]byte, error) {
 	b = strconv.AppendInt(b, int64(o.DiscoveryAuthorizationCacheSeconds), 10)
 	b = append(b, `,"`+fieldSchemaSkewRouting+`":"`...)
 	b = append(b, o.SchemaSkewRouting...)
-	b = append(b, `","`+fieldSnapshot+`":`...)
+	b = append(b, `","`+fieldRouteWritesByBody+`":`...)
+	b = strconv.AppendBool(b, o.RouteWritesByBody)
+	b = append(b, `,"`+fieldSnapshot+`":`...)
 	b = append(b, rawSnapshot...)
 	return append(b, '}'), nil
+}
+
+// RoutesWritesByBody reports whether a configuration asks the host for the
+// bodies of the writes the plugin routes by their fields (Options'
+// RouteWritesByBody), for a host that must switch that on (Envoy's
+// allow_on_headers_stop_iteration).
+func RoutesWritesByBody(configuration []byte) bool {
+	doc, ok := discovery.ParseJSON(configuration)
+	return ok && doc.Get(fieldRouteWritesByBody).Bool()
 }
 
 // Config is a parsed configuration.
@@ -344,7 +362,7 @@ func parse(raw []byte) (discovery.JSONValue, parsed, error) {
 	}
 	if v := doc.Get(fieldTrustPeerProxiedHeader); v.Exists() {
 		if !v.IsBool() {
-			return doc, opts, fieldError(fieldTrustPeerProxiedHeader, errTrustPeerProxied, v.Raw())
+			return doc, opts, fieldError(fieldTrustPeerProxiedHeader, errNotABool, v.Raw())
 		}
 		opts.TrustPeerProxiedHeader = v.Bool()
 	}
@@ -361,6 +379,12 @@ func parse(raw []byte) (discovery.JSONValue, parsed, error) {
 			return doc, opts, fieldError(fieldSchemaSkewRouting, errSchemaSkewRouting, v.Raw())
 		}
 		opts.SchemaSkewRouting = routing
+	}
+	if v := doc.Get(fieldRouteWritesByBody); v.Exists() {
+		if !v.IsBool() {
+			return doc, opts, fieldError(fieldRouteWritesByBody, errNotABool, v.Raw())
+		}
+		opts.RouteWritesByBody = v.Bool()
 	}
 	return doc, opts, nil
 }

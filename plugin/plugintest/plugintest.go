@@ -235,6 +235,7 @@ var cases = []struct {
 	{"FieldSelectorAcceptedOnlyByDownServersGives503", fieldSelectorAcceptedOnlyByDownServersGives503},
 	{"KindWhoseSchemasDifferGoesToServersLackingNothing", kindWhoseSchemasDifferGoesToServersLackingNothing},
 	{"WriteGoesToServersWhoseSchemaHasEveryFieldItsBodySets", writeGoesToServersWhoseSchemaHasEveryFieldItsBodySets},
+	{"WithoutBodiesFromTheHostAWriteGoesWhereAnUnreadBodyGoes", withoutBodiesFromTheHostAWriteGoesWhereAnUnreadBodyGoes},
 	{"InvalidConfigurationIsRejectedWithOneClearLogLine", invalidConfigurationIsRejectedWithOneClearLogLine},
 	{"ConfigurationOfANewerMinorSchemaIsAcceptedWithItsNewFieldsIgnoredAndCounted", configurationOfANewerMinorSchemaIsAcceptedWithItsNewFieldsIgnoredAndCounted},
 	{"GenerationGaugeFollowsConfiguration", generationGaugeFollowsConfiguration},
@@ -399,7 +400,7 @@ func kindWhoseSchemasDifferGoesToServersLackingNothing(t *testing.T, h Harness) 
 
 func writeGoesToServersWhoseSchemaHasEveryFieldItsBodySets(t *testing.T, h Harness) {
 	servers, skew := discoverytest.WithBothWayFieldSkew(discoverytest.SkewedControlPlane())
-	config, err := json.Marshal(map[string]any{"snapshot": discoverytest.SnapshotJSONWithFieldSkew(1, servers, skew)})
+	config, err := json.Marshal(map[string]any{"snapshot": discoverytest.SnapshotJSONWithFieldSkew(1, servers, skew), "routeWritesByBody": true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,6 +437,26 @@ func writeGoesToServersWhoseSchemaHasEveryFieldItsBodySets(t *testing.T, h Harne
 			t.Errorf("%s: counted %d routed by body and %d unreadable; want %d and %d", w.name,
 				after[0]-before[0], after[1]-before[1], want[0], want[1])
 		}
+	}
+
+}
+
+// A host that does not hand the plugin bodies never has a write held for
+// one: it goes where an unread body goes.
+func withoutBodiesFromTheHostAWriteGoesWhereAnUnreadBodyGoes(t *testing.T, h Harness) {
+	servers, skew := discoverytest.WithBothWayFieldSkew(discoverytest.SkewedControlPlane())
+	config, err := json.Marshal(map[string]any{"snapshot": discoverytest.SnapshotJSONWithFieldSkew(1, servers, skew)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, h, StartOptions{Config: config})
+	res := p.Write("POST", "/apis/apps/v1/namespaces/ns/deployments", "application/json",
+		[]byte(`{"kind":"Deployment","spec":{"template":{"spec":{"workloadRef":{"name":"w"}}}}}`))
+	if cluster, _ := res.Header(RoutingHeader); !res.Forwarded || (cluster != "kube-b" && cluster != "kube-c") {
+		t.Errorf("forwarded %v to %q; want the newest minor's servers without waiting for the body", res.Forwarded, cluster)
+	}
+	if n := p.Counter(metricdef.PluginWriteBodiesUnreadable.Name); n != 1 {
+		t.Errorf("counted %d unread bodies; want 1", n)
 	}
 }
 

@@ -170,6 +170,9 @@ type ControllerOptions struct {
 	// Kubeconfig, when set, lets the controller discover API servers from the
 	// cluster and, without a proxy client certificate, authenticate with it.
 	Kubeconfig string
+	// Membership is which API servers are the members once the cluster's
+	// have been read (controller.Membership).
+	Membership string
 	// PeerServerName is the name verified in every API server's certificate.
 	PeerServerName                               string
 	PollInterval, ReadinessInterval, GracePeriod time.Duration
@@ -178,6 +181,7 @@ type ControllerOptions struct {
 // NewControllerOptions are the controller's defaults.
 func NewControllerOptions() ControllerOptions {
 	return ControllerOptions{
+		Membership:        string(controller.MembershipCluster),
 		PeerServerName:    controller.DefaultServerName,
 		PollInterval:      controller.DefaultPollInterval,
 		ReadinessInterval: controller.DefaultReadinessInterval,
@@ -186,8 +190,10 @@ func NewControllerOptions() ControllerOptions {
 }
 
 // ApplyTo sets what these options decide of the controller's options: the
-// server name, the intervals and, from --kubeconfig, its REST configuration.
+// membership, the server name, the intervals and, from --kubeconfig, its
+// REST configuration.
 func (o ControllerOptions) ApplyTo(opts *controller.Options) error {
+	opts.Membership = controller.Membership(o.Membership)
 	opts.ServerName = o.PeerServerName
 	opts.PollInterval, opts.ReadinessInterval, opts.GracePeriod = o.PollInterval, o.ReadinessInterval, o.GracePeriod
 	if o.Kubeconfig == "" {
@@ -204,6 +210,9 @@ func (o ControllerOptions) ApplyTo(opts *controller.Options) error {
 // AddFlags registers the controller flags.
 func (o *ControllerOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig for discovering API servers from identity leases and the kubernetes Service")
+	fs.StringVar(&o.Membership, "apiserver-membership", o.Membership, "which API servers are routed to once the --kubeconfig cluster has been read: "+
+		string(controller.MembershipCluster)+" (those its identity leases and kubernetes Service announce; --apiserver is only the bootstrap list, used until then) or "+
+		string(controller.MembershipListed)+" (--apiserver and --local-apiserver; the cluster's are only compared with them)")
 	fs.StringVar(&o.PeerServerName, "peer-server-name", o.PeerServerName, "name verified in every API server's serving certificate")
 	fs.DurationVar(&o.PollInterval, "poll-interval", o.PollInterval, "how often every API server's discovery documents are refreshed")
 	fs.DurationVar(&o.ReadinessInterval, "readiness-interval", o.ReadinessInterval, "how often every API server's /readyz is probed between polls (at most --poll-interval)")
@@ -220,6 +229,11 @@ func (o *ControllerOptions) Validate(upstream *UpstreamOptions, localAPIServer s
 	}
 	if upstream.ProxyClientCertFile == "" && o.Kubeconfig == "" {
 		errs = append(errs, errors.New("no credentials for the API servers: give --proxy-client-cert-file and --proxy-client-key-file, or --kubeconfig"))
+	}
+	if err := controller.CheckMembership(controller.Membership(o.Membership)); err != nil {
+		errs = append(errs, fmt.Errorf("--apiserver-membership %q: %w", o.Membership, err))
+	} else if controller.Membership(o.Membership) == controller.MembershipListed && len(upstream.APIServers) == 0 && localAPIServer == "" {
+		errs = append(errs, errors.New("--apiserver-membership="+o.Membership+" needs --apiserver or --local-apiserver: they are the members"))
 	}
 	if err := CheckDNSName(o.PeerServerName); err != nil {
 		errs = append(errs, fmt.Errorf("--peer-server-name %q: %w", o.PeerServerName, err))
@@ -256,6 +270,9 @@ type PluginOptions struct {
 	// differ between the servers go only to the servers whose schema has
 	// every field.
 	SchemaSkewRouting string
+	// RouteWritesByBody lets the plugin route a write of such a resource by
+	// the fields its body sets.
+	RouteWritesByBody bool
 }
 
 // NewPluginOptions are the plugin's defaults.
@@ -267,6 +284,8 @@ func NewPluginOptions() PluginOptions {
 		RetryAfterSeconds:           d.RetryAfterSeconds,
 		DiscoveryAuthorizationCache: time.Duration(d.DiscoveryAuthorizationCacheSeconds) * time.Second,
 		SchemaSkewRouting:           string(d.SchemaSkewRouting),
+		// skewgate's host hands the plugin the body; so does Envoy from 1.35.
+		RouteWritesByBody: true,
 	}
 }
 
@@ -281,6 +300,8 @@ func (o *PluginOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.DiscoveryAuthorizationCache, "discovery-authorization-cache", o.DiscoveryAuthorizationCache, "how long an API server's answer to whether a credential may read merged discovery is reused (whole seconds, at most "+maxDiscoveryAuthorizationCache.String()+"; 0: ask on every request)")
 	fs.StringVar(&o.SchemaSkewRouting, "schema-skew-routing", o.SchemaSkewRouting, "which requests for a resource whose schema lacks fields on some API servers go only to the servers whose schema has them all: "+
 		string(pluginconfig.SchemaSkewReadsAndWrites)+" (every request: a client that updates what it read through a server lacking a field would clear it) or "+string(pluginconfig.SchemaSkewWrites)+" (creates, updates, patches and deletes; reads spread over every server)")
+	fs.BoolVar(&o.RouteWritesByBody, "route-writes-by-body", o.RouteWritesByBody, "read the JSON body (at most 1 MiB) of a create, update or patch of a resource whose schemas differ between the API servers, and send it to the servers whose schema has every field it sets; "+
+		"in Envoy this needs 1.35 or later (the rendered filter sets allow_on_headers_stop_iteration): false for older Envoys")
 }
 
 // Validate reports the plugin options' mistakes; upstream are the
@@ -334,6 +355,7 @@ func (o *PluginOptions) Config() pluginconfig.Options {
 		IdentityMode:                       pluginconfig.IdentityMode(o.IdentityMode),
 		DiscoveryAuthorizationCacheSeconds: int(o.DiscoveryAuthorizationCache / time.Second),
 		SchemaSkewRouting:                  pluginconfig.SchemaSkewRouting(o.SchemaSkewRouting),
+		RouteWritesByBody:                  o.RouteWritesByBody,
 	}
 }
 

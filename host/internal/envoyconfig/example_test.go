@@ -180,6 +180,7 @@ func examplePluginConfig(mode IdentityMode) []byte {
 		IdentityMode:                       mode,
 		DiscoveryAuthorizationCacheSeconds: 10,
 		SchemaSkewRouting:                  config.DefaultSchemaSkewRouting,
+		RouteWritesByBody:                  true,
 	}.Marshal(discoverytest.Encode(1, "", servers...))
 	if err != nil {
 		panic(fmt.Sprintf("example plugin configuration: %v", err))

@@ -103,7 +103,7 @@ func wasmFilterConfig(pluginConfigJSON []byte, wasmPath string) (object, error) 
 	if !strings.HasPrefix(configuration, "{") {
 		return nil, errors.New("envoyconfig: plugin configuration: must be a JSON object")
 	}
-	return object{
+	wasm := object{
 		{"@type", wasmFilterTypeURL},
 		{"config", object{
 			{"name", FilterName},
@@ -121,7 +121,14 @@ func wasmFilterConfig(pluginConfigJSON []byte, wasmPath string) (object, error) 
 			// protection: Envoy answers 503 instead.
 			{"failure_policy", "FAIL_CLOSED"},
 		}},
-	}, nil
+	}
+	if config.RoutesWritesByBody(pluginConfigJSON) {
+		// Without it Envoy turns the plugin's pause for a write's body into
+		// StopAllIteration and never hands it the body (Envoy 1.35+).
+		filter := wasm[1].value.(object)
+		wasm[1].value = append(filter, field{"allow_on_headers_stop_iteration", true})
+	}
+	return wasm, nil
 }
 
 // bootstrap is the whole document; with xds, it also reaches the management
