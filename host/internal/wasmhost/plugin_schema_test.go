@@ -52,14 +52,16 @@ func loadPreviousMinor(t *testing.T) *previousRelease {
 }
 
 // thisControllersConfiguration is what this build's controller writes for
-// the skewed control plane with field-level data while kube-a's node is
-// cordoned: the options, then the snapshot, through the writers the
-// controller uses.
+// the skewed control plane whose deployments' schemas differ both ways
+// (kube-a lacks a field kube-b and kube-c have, they lack one kube-a has),
+// with writes routed by their body: the options, then the snapshot, through
+// the writers the controller uses.
 func thisControllersConfiguration(t *testing.T) []byte {
 	t.Helper()
-	servers := discoverytest.WithFieldSkew(discoverytest.SkewedControlPlane())
-	servers[0].Draining = true
-	raw, err := config.Defaults().Marshal(discoverytest.SnapshotJSON(1, servers))
+	servers, skew := discoverytest.WithBothWayFieldSkew(discoverytest.SkewedControlPlane())
+	opts := config.Defaults()
+	opts.RouteWritesByBody = true
+	raw, err := opts.Marshal(discoverytest.SnapshotJSONWithFieldSkew(1, servers, skew))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,10 +106,12 @@ func routing(t *testing.T, p plugintest.Plugin, method, path string) string {
 }
 
 // The module of the previous minor version under this controller: it reads
-// the configuration (a server's draining is optional), ignores what its
-// version does not know and counts it, and routes as it always did; this
-// build's module, under the same configuration, keeps what other servers
-// serve away from the draining server.
+// the configuration (the field skew table and routing by body are optional),
+// ignores what its version does not know and counts it, and routes as it
+// always did: a kind no server has every field of is left to the gateway.
+// This build's module, under the same configuration, sends a write where
+// every field its body sets is known, and one it cannot read to the newest
+// minor.
 func TestModuleOfThePreviousMinorAcceptsThisControllersConfiguration(t *testing.T) {
 	old := loadPreviousMinor(t)
 	announced, err := config.ModuleSchemaVersion(old.wasm)
@@ -122,8 +126,8 @@ func TestModuleOfThePreviousMinorAcceptsThisControllersConfiguration(t *testing.
 	if err != nil {
 		t.Fatalf("the module of schema %v (%s) rejects this controller's configuration: %v", old.version, old.commit, err)
 	}
-	if got := ignoredFields(t, oldPlugin); got != 1 {
-		t.Errorf("ignored-fields counter %d; want 1 (snapshot.servers[].draining)", got)
+	if got := ignoredFields(t, oldPlugin); got != 2 {
+		t.Errorf("ignored-fields counter %d; want 2 (routeWritesByBody, snapshot.fieldSkew)", got)
 	}
 	wasm, err := builtPlugin()
 	if err != nil {
@@ -136,19 +140,29 @@ func TestModuleOfThePreviousMinorAcceptsThisControllersConfiguration(t *testing.
 	if got := ignoredFields(t, newPlugin); got != 0 {
 		t.Errorf("this module ignored %d fields of its own controller's configuration", got)
 	}
+	newest := []string{"kube-b", "kube-c"}
 	for _, r := range schemaRequests {
 		oldTo, newTo := routing(t, oldPlugin, r.method, r.path), routing(t, newPlugin, r.method, r.path)
 		switch r.name {
-		case "resource every server serves":
-			if oldTo != "" || (newTo != "kube-b" && newTo != "kube-c") {
-				t.Errorf("%s: the old module routes to %q, this one to %q; want the old one to leave it to the gateway as it always did, this one to send it to kube-b or kube-c, away from the draining kube-a",
+		case "deployment create":
+			if oldTo != "" || !slices.Contains(newest, newTo) {
+				t.Errorf("%s: the old module routes to %q, this one to %q; want the old one to leave it to the gateway as it always did, this one to send a body it did not read to kube-b or kube-c, the newest minor",
 					r.name, oldTo, newTo)
 			}
 		default:
-			if oldTo != newTo && !(slices.Contains([]string{"kube-b", "kube-c"}, oldTo) && slices.Contains([]string{"kube-b", "kube-c"}, newTo)) {
+			if oldTo != newTo && !(slices.Contains(newest, oldTo) && slices.Contains(newest, newTo)) {
 				t.Errorf("%s: the old module routes to %q, this one to %q; want the same", r.name, oldTo, newTo)
 			}
 		}
+	}
+	body := []byte(`{"kind":"Deployment","spec":{"template":{"spec":{"workloadRef":{"name":"w"}}}}}`)
+	oldRes := oldPlugin.Write("POST", "/apis/apps/v1/namespaces/ns/deployments", "application/json", body)
+	newRes := newPlugin.Write("POST", "/apis/apps/v1/namespaces/ns/deployments", "application/json", body)
+	oldTo, _ := oldRes.Header(plugintest.RoutingHeader)
+	newTo, _ := newRes.Header(plugintest.RoutingHeader)
+	if !oldRes.Forwarded || oldTo != "" || !newRes.Forwarded || newTo != "kube-a" {
+		t.Errorf("a create setting the field only kube-a knows: the old module routes to %q (forwarded %v), this one to %q (forwarded %v); want the gateway's choice and kube-a",
+			oldTo, oldRes.Forwarded, newTo, newRes.Forwarded)
 	}
 }
 
