@@ -481,16 +481,18 @@ func (g *Gateway) pickBalanced(s *state) *backend {
 }
 
 // capableServers is the set of servers the plugin's decision could send the
-// request to with the servers in tried left out (discovery's Capable); for a
-// request target the plugin cannot read, which it forwards, every routable
-// server but those.
-func capableServers(ix *discovery.Index, r *http.Request, target *discovery.Target, tried discovery.ServerSet) discovery.ServerSet {
+// request to with the servers in tried left out (discovery's Capable), with
+// the body the plugin read (nil if none), which its decision depended on;
+// for a request target the plugin cannot read, which it forwards, every
+// routable server but those.
+func capableServers(ix *discovery.Index, r *http.Request, target *discovery.Target, pluginRead []byte, tried discovery.ServerSet) discovery.ServerSet {
 	if !target.Valid {
 		return ix.Routable() &^ tried
 	}
 	return ix.Capable(&discovery.Request{
 		Method: r.Method, Path: target.Path, Query: target.RawQuery,
 		Accept: r.Header.Get("Accept"), IfNoneMatch: r.Header.Get("If-None-Match"),
+		ContentType: r.Header.Get("Content-Type"), ContentLength: r.ContentLength, Body: pluginRead,
 	}, tried)
 }
 
@@ -590,7 +592,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// place.
 			replayable(r, out.Body)
 		}
-		g.forward(rec, r, &target, s, out.Headers, req.body.read, arrived)
+		var read []byte
+		if req.body.read {
+			read = out.Body
+		}
+		g.forward(rec, r, &target, s, out.Headers, read, arrived)
 	}
 }
 
@@ -611,7 +617,7 @@ func (g *Gateway) resolve(s *state, cluster string) (b *backend, frontProxy bool
 // forward proxies the request with the plugin's headers to the backend it
 // chose, or to one in round robin; buffered says that the body is already in
 // memory (the plugin read it), so the request can be sent again as it is.
-func (g *Gateway) forward(w *statusRecorder, r *http.Request, target *discovery.Target, s *state, headers [][2]string, buffered bool, arrived time.Time) {
+func (g *Gateway) forward(w *statusRecorder, r *http.Request, target *discovery.Target, s *state, headers [][2]string, pluginRead []byte, arrived time.Time) {
 	upgrade := upgradeType(r.Header)
 	class := target.Class(r.Method, upgrade != "")
 	ex := &exchange{
@@ -620,8 +626,9 @@ func (g *Gateway) forward(w *statusRecorder, r *http.Request, target *discovery.
 		target:     target,
 		headers:    headers,
 		upgrade:    upgrade,
-		replayable: r.ContentLength == 0 || buffered,
+		replayable: r.ContentLength == 0 || pluginRead != nil,
 		body:       w.body,
+		pluginRead: pluginRead,
 	}
 	to := (*backend)(nil)
 	if cluster, ok := header(headers, g.opts.RoutingHeader); ok {

@@ -45,6 +45,9 @@ type exchange struct {
 	// body is the client's request body as it streams, nil when the request
 	// has none.
 	body *trackedBody
+	// pluginRead is the body the plugin read to decide, nil when it did not:
+	// a retry goes only where that decision could have sent it.
+	pluginRead []byte
 	// tried are the servers of state the request was sent to.
 	tried discovery.ServerSet
 }
@@ -342,7 +345,7 @@ type replayedBody struct {
 // retryTarget chooses a server the request could have been sent to had the
 // servers it was sent to been down, or nil.
 func (g *Gateway) retryTarget(ex *exchange) *backend {
-	candidates := capableServers(ex.state.index, ex.inbound, ex.target, ex.tried)
+	candidates := capableServers(ex.state.index, ex.inbound, ex.target, ex.pluginRead, ex.tried)
 	if candidates == 0 {
 		return nil
 	}

@@ -15,6 +15,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/discovery/discoverytest"
+	"github.com/skewgate/skewgate/host/internal/wasmhost"
+	"github.com/skewgate/skewgate/plugin/config"
 )
 
 const widgets = "/apis/example.com/v1/namespaces/default/widgets"
@@ -417,5 +422,53 @@ func TestAReadWaitingOnAServerThatTurnsUnhealthyIsSentToAnother(t *testing.T) {
 	}
 	if n := h.hitsOf("kube-b"); n != 2 {
 		t.Errorf("kube-b saw %d requests; want the two reads only", n)
+	}
+}
+
+// A write the plugin routed by the fields its body sets is retried only
+// where that decision could have sent it: with the one server whose schema
+// has the field refusing connections, a retry through the servers that lack
+// it would store the write without the field, so none is made.
+func TestARetryOfAWriteRoutedByItsBodyGoesOnlyWhereItsFieldsAreKnown(t *testing.T) {
+	servers, skew := discoverytest.WithBothWayFieldSkew(discoverytest.SkewedControlPlane())
+	// The plugin reads the body and routes it to kube-a, the only server
+	// whose schema has spec.template.spec.workloadRef.
+	plugin := pluginFunc(func(_ context.Context, req *wasmhost.Request) wasmhost.Outcome {
+		body, err := req.Body.ReadBody()
+		if err != nil {
+			return wasmhost.Outcome{Verdict: wasmhost.Reset, BodyFailed: err}
+		}
+		headers := append(slices.Clone(req.Headers), [2]string{config.DefaultRoutingHeader, "kube-a"})
+		return wasmhost.Outcome{Verdict: wasmhost.Forward, Headers: headers, Body: body}
+	})
+	h := newHarness(t, harnessConfig{servers: servers, refusing: []string{"kube-a"}, plugin: plugin})
+	snap, err := discovery.ParseSnapshot(discoverytest.SnapshotJSONWithFieldSkew(1, servers, skew))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := discovery.NewIndex(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(h.gw, Routing{Index: ix, Addresses: h.addresses}); err != nil {
+		t.Fatal(err)
+	}
+	const deployment = `{"kind":"Deployment","spec":{"template":{"spec":{"workloadRef":{"name":"w"}}}}}`
+	header := http.Header{"Content-Type": {"application/json"}}
+	for _, http2 := range []bool{false, true} {
+		resp, got := do(t, h.client(nil, http2), "POST", h.front.URL+"/apis/apps/v1/namespaces/ns/deployments", header, strings.NewReader(deployment))
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("http2=%v: status %d, want 503 with kube-a unreachable: %s", http2, resp.StatusCode, got)
+		}
+	}
+	if n := h.hitsOf("kube-b") + h.hitsOf("kube-c"); n != 0 {
+		t.Errorf("the servers lacking the field got %d of the writes; want none", n)
+	}
+	// A body setting no field that differs goes to the newest minor on a
+	// retry too, as the decision without the field would.
+	resp, got := do(t, h.client(nil, true), "POST", h.front.URL+"/apis/apps/v1/namespaces/ns/deployments", header,
+		strings.NewReader(`{"kind":"Deployment","spec":{"replicas":1}}`))
+	if resp.StatusCode != http.StatusOK || h.hitsOf("kube-b")+h.hitsOf("kube-c") != 1 {
+		t.Errorf("status %d, %d at the newest minor; want the write retried there: %s", resp.StatusCode, h.hitsOf("kube-b")+h.hitsOf("kube-c"), got)
 	}
 }
