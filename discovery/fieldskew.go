@@ -169,6 +169,7 @@ func appendInts(dst []byte, ns []int) []byte {
 // schemas whose servers serve the resource, each server in one schema at
 // most, and whose paths are indexes of Paths, sorted and distinct.
 func (s *Snapshot) checkFieldSkew() error {
+	var steps []string
 	for _, key := range slices.Sorted(maps.Keys(s.FieldSkew)) {
 		f := s.FieldSkew[key]
 		at := fmt.Sprintf("snapshot: fieldSkew: %q", key)
@@ -183,7 +184,8 @@ func (s *Snapshot) checkFieldSkew() error {
 			if err := checkToken("field path", p); err != nil {
 				return fmt.Errorf("%s: paths: %w", at, err)
 			}
-			if _, ok := splitFieldPath(p, nil); !ok {
+			var ok bool
+			if steps, ok = splitFieldPath(p, steps[:0]); !ok {
 				return fmt.Errorf("%s: paths: %q: not a field path (names joined by '.', \"[]\" after an array's name, \"*\" for a map's values)", at, p)
 			}
 			if i > 0 && p <= f.Paths[i-1] {
