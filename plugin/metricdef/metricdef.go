@@ -82,7 +82,7 @@ var All = []*Metric{
 	&WasmConfigurationsApplied, &WasmFailedRequests, &WasmPoolWaits, &WasmPoolWaitSeconds, &WasmPoolTimeouts,
 	&WasmHTTPCalls, &WasmHTTPCallFailures, &WasmHTTPCallsCancelled, &WasmInstancesLive,
 
-	&ControllerServers, &ControllerServersHealthy, &ControllerSnapshotGeneration, &ControllerSnapshotServers,
+	&ControllerServers, &ControllerServersHealthy, &ControllerMembers, &ControllerMembershipDifferences, &ControllerSnapshotGeneration, &ControllerSnapshotServers,
 	&ControllerPublishErrors, &ControllerInvalidSnapshots, &ControllerFetchErrors, &ControllerLastSuccessfulPoll,
 	&ControllerFrontProxyCertificateAuthenticates, &ControllerOpenAPIDocumentsFetched, &ControllerOpenAPIDocumentBytes,
 	&ControllerOpenAPIDocumentErrors, &ControllerOpenAPIDocuments, &ControllerOpenAPIFieldPaths,
@@ -213,6 +213,12 @@ var (
 		Help: "API servers known and probed."}
 	ControllerServersHealthy = Metric{Name: "skewgate_controller_servers_healthy", Type: Gauge, Exporter: Controller,
 		Help: "API servers considered healthy: /readyz last answered 200, no connection was refused since, and fewer consecutive probes than the failure threshold timed out or lost their connection since."}
+	ControllerMembers = Metric{Name: "skewgate_controller_members", Type: Gauge, Exporter: Controller, Labels: []string{"source"},
+		Help: "API servers that are members (probed, and routed to while healthy), by what names them: listed (--apiserver), local (--local-apiserver), " +
+			"lease (an identity Lease), endpointslice (the kubernetes Service's EndpointSlices); a member several name counts under each."}
+	ControllerMembershipDifferences = Metric{Name: "skewgate_controller_membership_differences", Type: Gauge, Exporter: Controller,
+		Help: "API servers listed (--apiserver, --local-apiserver) that the cluster does not announce, plus those it announces that --apiserver, when it lists any, does not; " +
+			"0 until the cluster's membership has been read, and without --kubeconfig."}
 	ControllerSnapshotGeneration = Metric{Name: "skewgate_controller_snapshot_generation", Type: Gauge, Exporter: Controller,
 		Help: "Generation of the last published snapshot."}
 	ControllerSnapshotServers = Metric{Name: "skewgate_controller_snapshot_servers", Type: Gauge, Exporter: Controller,

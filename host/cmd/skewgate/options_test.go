@@ -78,6 +78,7 @@ func TestEveryFlagRefusesABadValueNamingIt(t *testing.T) {
 				"poll-interval":                         {"--poll-interval=5"},
 				"readiness-interval":                    {"--readiness-interval=-1s"},
 				"grace-period":                          {"--grace-period=-1s"},
+				"apiserver-membership":                  {"--apiserver-membership=static"},
 				"identity-mode":                         {"--identity-mode=frontproxy"},
 				"routing-header":                        {"--routing-header=X-Upper"},
 				"retry-after-seconds":                   {"--retry-after-seconds=0"},

@@ -230,10 +230,8 @@ func (o *ControllerOptions) Validate(upstream *UpstreamOptions, localAPIServer s
 	if upstream.ProxyClientCertFile == "" && o.Kubeconfig == "" {
 		errs = append(errs, errors.New("no credentials for the API servers: give --proxy-client-cert-file and --proxy-client-key-file, or --kubeconfig"))
 	}
-	if err := controller.CheckMembership(controller.Membership(o.Membership)); err != nil {
+	if err := controller.CheckMembership(controller.Membership(o.Membership), len(upstream.APIServers) > 0 || localAPIServer != ""); err != nil {
 		errs = append(errs, fmt.Errorf("--apiserver-membership %q: %w", o.Membership, err))
-	} else if controller.Membership(o.Membership) == controller.MembershipListed && len(upstream.APIServers) == 0 && localAPIServer == "" {
-		errs = append(errs, errors.New("--apiserver-membership="+o.Membership+" needs --apiserver or --local-apiserver: they are the members"))
 	}
 	if err := CheckDNSName(o.PeerServerName); err != nil {
 		errs = append(errs, fmt.Errorf("--peer-server-name %q: %w", o.PeerServerName, err))

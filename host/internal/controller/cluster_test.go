@@ -245,43 +245,6 @@ func TestEndpointSlicesSupplyServersWithoutAnAddressAnnotation(t *testing.T) {
 	}
 }
 
-func TestMembershipFollowsLeasesAndAbsentServersLeaveAfterTheGracePeriod(t *testing.T) {
-	pki, a, b := newSkewedPair(t)
-	client := fake.NewClientset(identityLease("kube-system", "apiserver-aaaa", a.address, identityLabels))
-	rec := &recorder{}
-	opts := clusterOptions(pki, rec, client)
-	opts.GracePeriod = time.Second
-	c := startController(t, opts)
-	waitUntil(t, "Ready", c.Ready)
-	leases := client.CoordinationV1().Leases("kube-system")
-
-	if _, err := leases.Create(context.Background(), identityLease("kube-system", "apiserver-bbbb", b.address, identityLabels), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	joined := rec.waitOffer(t, "b joins", func(snap *discovery.Snapshot) bool { return serverByID(snap, "apiserver-bbbb") != nil })
-	if joined.snap.Generation != 2 {
-		t.Errorf("b joined in generation %d, want 2", joined.snap.Generation)
-	}
-
-	if err := leases.Delete(context.Background(), "apiserver-bbbb", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitForListed(t, c, 1, 0)
-	waitRounds(t, a, 2)
-	if _, snap := c.Current(); serverByID(snap, "apiserver-bbbb") == nil {
-		t.Error("b left the snapshot as soon as its lease went, before the grace period")
-	}
-	if n := rec.count(); n != 2 {
-		t.Errorf("%d snapshots offered while b was only absent, want 2", n)
-	}
-	left := rec.waitOffer(t, "b leaves", func(snap *discovery.Snapshot) bool {
-		return snap.Generation > 2 && serverByID(snap, "apiserver-bbbb") == nil
-	})
-	if got := snapshotIDs(left.snap); !slices.Equal(got, []string{"apiserver-aaaa"}) {
-		t.Errorf("servers after b left = %v", got)
-	}
-}
-
 func TestLeaseMovingToAnotherAddressMovesItsServer(t *testing.T) {
 	pki := newTestPKI(t)
 	plane := discoverytest.SkewedControlPlane()

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -47,6 +46,10 @@ type Controller struct {
 	// readable are the addresses of the healthy servers, those that do not
 	// drain first, which a node client without a kubeconfig reads through.
 	readable atomic.Pointer[[]string]
+	// clusterChanged wakes Run's goroutine when what the cluster announces
+	// may have changed; roster is what it keeps of the membership.
+	clusterChanged chan struct{}
+	roster         roster
 
 	// Touched only by Run's goroutine (and, during a probe, each server's own
 	// goroutine for its serverState).
@@ -91,8 +94,9 @@ type Published struct {
 type serverState struct {
 	address     string
 	id, cluster string
+	// inDiscovery is set while the server is a member (desiredMembers).
 	inDiscovery bool
-	lastSeen    time.Time // when discovery (or the static list) last named it
+	lastSeen    time.Time // when it was last a member
 
 	healthy     bool
 	lastHealthy time.Time
@@ -157,6 +161,7 @@ func New(opts Options) (*Controller, error) {
 		notices:        newNotices(o.Logger),
 		lost:           make(chan string, maxPendingLostReports),
 		cordonsChanged: make(chan struct{}, 1),
+		clusterChanged: make(chan struct{}, 1),
 		servers:        map[string]*serverState{},
 		schemas:        newSchemas(),
 		labelTables:    tables,
@@ -180,7 +185,7 @@ func New(opts Options) (*Controller, error) {
 	var nodes cache.ListerWatcher
 	switch {
 	case listers != nil:
-		c.cluster = newClusterSource(*listers)
+		c.cluster = newClusterSource(*listers, c.announcementChanged, c.clusterWatchFailed)
 		nodes = listers.Nodes
 	case o.FrontProxyCertificate != nil:
 		transport := &throughServers{client: c.fetcher.client.Load, healthy: &c.readable}
@@ -224,10 +229,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	if c.cluster != nil {
 		defer c.cluster.stop()
-		if err := c.cluster.start(ctx); err != nil {
-			c.log.Info("controller stopped before the informers synced", "err", err)
-			return nil
-		}
+		c.cluster.start(ctx)
 	}
 	ticker := time.NewTicker(c.opts.ReadinessInterval)
 	defer ticker.Stop()
@@ -246,6 +248,12 @@ func (c *Controller) Run(ctx context.Context) error {
 				c.markLost(ctx, cluster)
 			case <-c.cordonsChanged:
 				c.publish(ctx, time.Now(), c.snapshotServers())
+			case <-c.clusterChanged:
+				// A server that joined is probed, and one that left taken out
+				// of routing, now rather than at the next full round.
+				if c.membershipChanged() {
+					c.poll(ctx, true)
+				}
 			}
 		}
 	}
@@ -274,6 +282,19 @@ func (c *Controller) cordonChanged() {
 	case c.cordonsChanged <- struct{}{}:
 	default:
 	}
+}
+
+// announcementChanged tells Run that the cluster's identity leases or
+// EndpointSlices changed, or were read for the first time.
+func (c *Controller) announcementChanged() {
+	select {
+	case c.clusterChanged <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Controller) clusterWatchFailed(err error) {
+	c.log.Warn("cannot list or watch the API servers' identity leases or the kubernetes EndpointSlices: the members stay those of the last read, or the listed servers before the first; does the controller's identity have rbac.yaml's leases and endpointslices list and watch?", "err", err)
 }
 
 func (c *Controller) nodeWatchFailed(err error) {
@@ -375,57 +396,6 @@ func (c *Controller) poll(ctx context.Context, full bool) {
 	}
 }
 
-// member is one address to probe and the names it goes by.
-type member struct {
-	address, id, cluster string
-}
-
-// desiredMembers is the union of the static servers, the addresses identity
-// leases announce and the kubernetes Service's endpoints, one per address.
-func (c *Controller) desiredMembers() []member {
-	leaseIDs := map[string]string{}
-	var discovered []string
-	if c.cluster != nil {
-		leases, endpointSlices := c.cluster.list()
-		leaseIDs = c.leaseIDsByAddress(leases)
-		discovered = slices.Collect(maps.Keys(leaseIDs))
-		for _, s := range endpointSlices {
-			addresses, refused := sliceAddresses(s)
-			for _, why := range refused {
-				c.notices.warn("endpointslice/"+s.Namespace+"/"+s.Name+"/"+why, "ignoring EndpointSlice entry", "endpointslice", s.Namespace+"/"+s.Name, "reason", why)
-			}
-			discovered = append(discovered, addresses...)
-		}
-		slices.Sort(discovered)
-		if c.local != "" && !slices.Contains(discovered, c.local) {
-			c.notices.warn("local-not-discovered", "the local API server is announced by no identity lease or EndpointSlice: if it is announced at another address it is probed twice",
-				"local", c.local)
-		}
-	}
-	// Static servers come first so that they win any name clash.
-	var members []member
-	seen := map[string]bool{}
-	usedIDs, usedClusters := map[string]string{}, map[string]string{}
-	for _, address := range slices.Concat(c.static, discovered) {
-		if seen[address] {
-			continue
-		}
-		seen[address] = true
-		m := member{address: address, id: leaseIDs[address], cluster: ClusterName(address)}
-		if m.id == "" {
-			m.id = m.cluster
-		}
-		if other := cmp.Or(usedIDs[m.id], usedClusters[m.cluster]); other != "" {
-			c.notices.warn("clash/"+address+"/"+other, "ignoring API server whose ID or cluster name is already taken",
-				"address", address, "id", m.id, "cluster", m.cluster, "taken_by", other)
-			continue
-		}
-		usedIDs[m.id], usedClusters[m.cluster] = address, address
-		members = append(members, m)
-	}
-	return members
-}
-
 // leaseIDsByAddress maps each announced address to its lease name. When two
 // leases announce one address, the more recently renewed one is the live
 // server (a replaced server's lease outlives it by up to two hours).
@@ -467,9 +437,10 @@ func renewedLater(a, b *coordinationv1.Lease) bool {
 	return a.Name < b.Name
 }
 
-// reconcileMembers starts tracking new servers and forgets those that have
-// been out of discovery for longer than the grace period, or whose name a
-// current server now holds (the same server came back at another address).
+// reconcileMembers starts tracking new members, takes servers that are no
+// members any more out of routing, and forgets those that have been no
+// member for longer than the grace period, or whose name a current member
+// now holds (the same server came back at another address).
 func (c *Controller) reconcileMembers(now time.Time) {
 	desired := c.desiredMembers()
 	current := map[string]bool{}
@@ -481,7 +452,7 @@ func (c *Controller) reconcileMembers(now time.Time) {
 		if s == nil {
 			s = &serverState{address: m.address, lastErrors: map[string]string{}}
 			c.servers[m.address] = s
-			c.log.Info("API server discovered", "address", m.address, "id", m.id, "cluster", m.cluster)
+			c.log.Info("API server discovered", "address", m.address, "id", m.id, "cluster", m.cluster, "sources", m.sources.list())
 		} else if s.id != m.id {
 			c.log.Info("API server ID changed", "address", m.address, "from", s.id, "to", m.id)
 		}
@@ -496,11 +467,11 @@ func (c *Controller) reconcileMembers(now time.Time) {
 			c.log.Info("API server forgotten: its ID is now at another address", "address", address, "id", s.id)
 			c.forget(address)
 		case now.Sub(s.lastSeen) > c.opts.GracePeriod:
-			c.log.Info("API server forgotten: absent from discovery for longer than the grace period", "address", address, "id", s.id)
+			c.log.Info("API server forgotten: no member for longer than the grace period", "address", address, "id", s.id)
 			c.forget(address)
 		case s.inDiscovery:
-			s.inDiscovery = false
-			c.log.Warn("API server left discovery; it stays for the grace period", "address", address, "id", s.id, "grace", c.opts.GracePeriod)
+			s.inDiscovery, s.healthy = false, false
+			c.log.Warn("API server is no member any more: not routed to; it stays in the snapshot, unhealthy, for the grace period", "address", address, "id", s.id, "grace", c.opts.GracePeriod)
 		}
 	}
 }
@@ -588,7 +559,8 @@ func (c *Controller) probe(ctx context.Context, s *serverState, withDocuments bo
 		s.openAPI = doc
 		c.fetchSucceeded(s, pathOpenAPI)
 	}
-	if !s.healthy && fresh {
+	// A server that is no member stays unhealthy however it answers.
+	if !s.healthy && fresh && s.inDiscovery {
 		s.healthy = true
 		c.log.Info("API server healthy", "address", s.address, "id", s.id, "version", s.version)
 	}
@@ -741,10 +713,15 @@ func newNotices(log *slog.Logger) *notices {
 	return &notices{log: log, seen: map[string]bool{}, current: map[string]bool{}}
 }
 
-func (n *notices) warn(key, msg string, args ...any) {
+func (n *notices) warn(key, msg string, args ...any) { n.note(slog.LevelWarn, key, msg, args...) }
+
+func (n *notices) info(key, msg string, args ...any) { n.note(slog.LevelInfo, key, msg, args...) }
+
+func (n *notices) note(level slog.Level, key, msg string, args ...any) {
 	n.current[key] = true
 	if !n.seen[key] {
-		n.log.Warn(msg, args...)
+		n.seen[key] = true
+		n.log.Log(context.Background(), level, msg, args...)
 	}
 }
 

@@ -5,20 +5,25 @@
 // Servers come from a static list and, given a cluster client, from the
 // identity Leases in kube-system (annotation kubernetes.io/peer-advertise-address)
 // and the default/kubernetes EndpointSlices for servers that do not announce an
-// address. Every readiness interval (a second) each server's /readyz is
-// probed; every poll interval, and whenever an unhealthy server answers ready
-// again, it is also asked for /version, /apis, /api and the /openapi/v3 index,
-// because a server that is still starting may serve incomplete discovery and
-// one back from a restart may be another version. Documents are revalidated with
-// If-None-Match; any bad answer keeps the server's last good document.
+// address. With a cluster client the static list is a bootstrap list: the
+// members until the cluster has been read, then the cluster's, followed
+// through their changes and kept through an outage of the cluster (see
+// Membership in membership.go). Every readiness interval (a second) each
+// server's /readyz is probed; every poll interval, and whenever an unhealthy
+// server answers ready again, it is also asked for /version, /apis, /api and
+// the /openapi/v3 index, because a server that is still starting may serve
+// incomplete discovery and one back from a restart may be another version.
+// Documents are revalidated with If-None-Match; any bad answer keeps the
+// server's last good document.
 //
 // Liveness comes from the probes, not from lease age (a crashed server's lease
 // lingers for hours). A /readyz that answers anything but 200 marks the server
 // unhealthy in the next snapshot: kube-apiserver fails it first when it shuts
 // down. Probes that time out or cannot connect mark it unhealthy only after
 // several in a row, because a loaded server or network misses one now and
-// then. A server leaves the snapshot once it has been unhealthy, or absent
-// from discovery, for longer than the grace period.
+// then. A server that is no member any more is unhealthy at once; a server
+// leaves the snapshot once it has been unhealthy, or no member, for longer
+// than the grace period.
 //
 // Field-level knowledge (the snapshot's fieldSelectors and missingFields)
 // comes from two places. The field-selector labels of built-in resources are

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"sync"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -330,31 +332,91 @@ func (s selected) IsWatchListSemanticsUnSupported() bool {
 }
 
 // clusterSource watches the identity Leases and the kubernetes Service's
-// EndpointSlices through informers restricted to their label.
+// EndpointSlices through informers restricted to their label. Its first list
+// is not waited for: until both informers have listed, the members are the
+// listed servers (see desiredMembers), and a load balancer whose kubeconfig
+// names itself could not answer that list otherwise.
 type clusterSource struct {
 	leases, slices cache.SharedIndexInformer
-	running        sync.WaitGroup
+	// changed is called when what the servers announce may have changed,
+	// and once both informers have listed.
+	changed func()
+	running sync.WaitGroup
+	// leaseErrors and sliceErrors keep a refusal that persists from being
+	// reported on every retry.
+	leaseErrors, sliceErrors distinctErrors
 }
 
-func newClusterSource(l ClusterListers) *clusterSource {
-	return &clusterSource{
+// newClusterSource prepares the informers; changed is called from their
+// goroutines, and failed with every new error of their lists and watches.
+func newClusterSource(l ClusterListers, changed func(), failed func(error)) *clusterSource {
+	s := &clusterSource{
 		leases: cache.NewSharedIndexInformer(selected{lw: l.Leases, labels: labels.Set{identityLabelKey: identityLabelValue}.String()},
 			&coordinationv1.Lease{}, 0, cache.Indexers{}),
 		slices: cache.NewSharedIndexInformer(selected{lw: l.EndpointSlices, labels: labels.Set{serviceNameLabel: kubernetesServiceName}.String()},
 			&endpointSlice{}, 0, cache.Indexers{}),
+		changed: changed,
 	}
+	// None of these fails before the informers run.
+	_, _ = s.leases.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { changed() },
+		// Every kube-apiserver renews its lease every 10 seconds; only a
+		// changed announcement matters.
+		UpdateFunc: func(old, updated any) {
+			if leaseAnnouncement(old) != leaseAnnouncement(updated) {
+				changed()
+			}
+		},
+		DeleteFunc: func(any) { changed() },
+	})
+	_, _ = s.slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { changed() },
+		UpdateFunc: func(any, any) { changed() },
+		DeleteFunc: func(any) { changed() },
+	})
+	for _, inf := range []struct {
+		informer cache.SharedIndexInformer
+		errs     *distinctErrors
+	}{{s.leases, &s.leaseErrors}, {s.slices, &s.sliceErrors}} {
+		_ = inf.informer.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
+			// A watch that ends or expires is resumed, and a list that
+			// fails is retried: only what the cluster answers is news.
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				return
+			}
+			if inf.errs.isNew(err) {
+				failed(err)
+			}
+		})
+	}
+	return s
 }
 
-// start runs the informers until ctx is done and waits for their first list.
-func (s *clusterSource) start(ctx context.Context) error {
+// leaseAnnouncement is what a lease says of its server.
+func leaseAnnouncement(obj any) string {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return ""
+	}
+	return l.Labels[identityLabelKey] + " " + l.Annotations[peerAdvertiseAddressAnnotation]
+}
+
+// start runs the informers until ctx is done; once both have listed, it
+// calls changed.
+func (s *clusterSource) start(ctx context.Context) {
 	for _, inf := range []cache.SharedIndexInformer{s.leases, s.slices} {
 		s.running.Go(func() { inf.RunWithContext(ctx) })
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), s.leases.HasSynced, s.slices.HasSynced) {
-		return fmt.Errorf("controller: waiting for the lease and EndpointSlice informers: %w", ctx.Err())
-	}
-	return nil
+	s.running.Go(func() {
+		if cache.WaitForCacheSync(ctx.Done(), s.read) {
+			s.changed()
+		}
+	})
 }
+
+// read reports whether both informers have listed: from then on their
+// stores hold the last lists and watched changes, through any later outage.
+func (s *clusterSource) read() bool { return s.leases.HasSynced() && s.slices.HasSynced() }
 
 // stop waits for the informers to end; ctx passed to start must be done.
 func (s *clusterSource) stop() { s.running.Wait() }

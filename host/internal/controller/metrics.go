@@ -18,7 +18,11 @@ type metrics struct {
 	snapshotServers  prometheus.Gauge
 	serversKnown     prometheus.Gauge
 	serversHealthy   prometheus.Gauge
-	lastSuccess      prometheus.Gauge
+	// members counts the members by source; differences where the listed
+	// servers and the cluster's differ.
+	members     *prometheus.GaugeVec
+	differences prometheus.Gauge
+	lastSuccess prometheus.Gauge
 	// frontProxyIsUser is the outcome of the front-proxy certificate check.
 	frontProxyIsUser prometheus.Gauge
 	// The OpenAPI v3 documents fetched for the field comparison.
@@ -40,6 +44,8 @@ func newMetrics() *metrics {
 		snapshotServers:   promdef.Gauge(&metricdef.ControllerSnapshotServers),
 		serversKnown:      promdef.Gauge(&metricdef.ControllerServers),
 		serversHealthy:    promdef.Gauge(&metricdef.ControllerServersHealthy),
+		members:           promdef.GaugeVec(&metricdef.ControllerMembers),
+		differences:       promdef.Gauge(&metricdef.ControllerMembershipDifferences),
 		lastSuccess:       promdef.Gauge(&metricdef.ControllerLastSuccessfulPoll),
 		frontProxyIsUser:  promdef.Gauge(&metricdef.ControllerFrontProxyCertificateAuthenticates),
 		schemaFetches:     promdef.Counter(&metricdef.ControllerOpenAPIDocumentsFetched),
@@ -49,7 +55,7 @@ func newMetrics() *metrics {
 		schemaFieldPaths:  promdef.Gauge(&metricdef.ControllerOpenAPIFieldPaths),
 	}
 	m.all = []prometheus.Collector{m.fetchErrors, m.publishErrors, m.invalidSnapshots, m.generation, m.snapshotServers,
-		m.serversKnown, m.serversHealthy, m.lastSuccess, m.frontProxyIsUser,
+		m.serversKnown, m.serversHealthy, m.members, m.differences, m.lastSuccess, m.frontProxyIsUser,
 		m.schemaFetches, m.schemaBytes, m.schemaFetchErrors, m.schemaDocuments, m.schemaFieldPaths}
 	return m
 }
@@ -90,6 +96,21 @@ func (m *metrics) published(generation uint64, servers int) {
 func (m *metrics) servers(known, healthy int) {
 	m.serversKnown.Set(float64(known))
 	m.serversHealthy.Set(float64(healthy))
+}
+
+// membership sets the members by source, every source's series included,
+// and the number of differences.
+func (m *metrics) membership(members []member, differences int) {
+	for _, b := range sourceBits {
+		n := 0
+		for _, mb := range members {
+			if mb.sources&b.bit != 0 {
+				n++
+			}
+		}
+		m.members.WithLabelValues(string(b.source)).Set(float64(n))
+	}
+	m.differences.Set(float64(differences))
 }
 
 func (m *metrics) frontProxyCertificateIsUser(isUser bool) {

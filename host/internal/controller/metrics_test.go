@@ -24,6 +24,7 @@ func TestCollectorExposesEveryMetric(t *testing.T) {
 	m.invalidSnapshot()
 	m.published(7, 2)
 	m.servers(3, 2)
+	m.membership([]member{{sources: fromListed | fromLease | fromEndpointSlice}, {sources: fromLease}, {sources: fromLocal | fromEndpointSlice}}, 2)
 	m.pollSucceeded(time.UnixMilli(1767225600123))
 	m.frontProxyCertificateIsUser(true)
 	m.schemaFetched(1000)
@@ -54,6 +55,15 @@ skewgate_controller_servers 3
 # HELP skewgate_controller_servers_healthy API servers considered healthy: /readyz last answered 200, no connection was refused since, and fewer consecutive probes than the failure threshold timed out or lost their connection since.
 # TYPE skewgate_controller_servers_healthy gauge
 skewgate_controller_servers_healthy 2
+# HELP skewgate_controller_members API servers that are members (probed, and routed to while healthy), by what names them: listed (--apiserver), local (--local-apiserver), lease (an identity Lease), endpointslice (the kubernetes Service's EndpointSlices); a member several name counts under each.
+# TYPE skewgate_controller_members gauge
+skewgate_controller_members{source="endpointslice"} 2
+skewgate_controller_members{source="lease"} 2
+skewgate_controller_members{source="listed"} 1
+skewgate_controller_members{source="local"} 1
+# HELP skewgate_controller_membership_differences API servers listed (--apiserver, --local-apiserver) that the cluster does not announce, plus those it announces that --apiserver, when it lists any, does not; 0 until the cluster's membership has been read, and without --kubeconfig.
+# TYPE skewgate_controller_membership_differences gauge
+skewgate_controller_membership_differences 2
 # HELP skewgate_controller_last_successful_poll_timestamp_seconds End of the last poll after which at least one server was healthy and the published snapshot was up to date.
 # TYPE skewgate_controller_last_successful_poll_timestamp_seconds gauge
 skewgate_controller_last_successful_poll_timestamp_seconds 1767225600.123

@@ -43,15 +43,44 @@ const (
 	RemoteGroup = "system:authenticated"
 )
 
+// Membership says which servers are the members once the cluster's own
+// membership has been read (the --apiserver-membership flag).
+type Membership string
+
+const (
+	// MembershipCluster: the members are the servers the cluster announces;
+	// StaticServers are only the bootstrap list, used until then.
+	MembershipCluster Membership = "cluster"
+	// MembershipListed: the members are StaticServers and LocalServer; the
+	// cluster's membership is only compared with them.
+	MembershipListed Membership = "listed"
+)
+
+// CheckMembership accepts a membership there is; listed says whether any
+// server is listed (StaticServers, LocalServer).
+func CheckMembership(m Membership, listed bool) error {
+	switch {
+	case m != MembershipCluster && m != MembershipListed:
+		return fmt.Errorf("must be %s or %s", MembershipCluster, MembershipListed)
+	case m == MembershipListed && !listed:
+		return errors.New("no server is listed to be the members")
+	}
+	return nil
+}
+
 // Options configures a Controller. OnSnapshot, PeerCA, at least one source
 // of servers and one kind of credentials are required; zero durations and
 // limits take the defaults above.
 type Options struct {
-	// StaticServers are API server URLs, https://host:port (the --apiserver flag).
+	// StaticServers are API server URLs, https://host:port (the --apiserver
+	// flag). With cluster discovery they are the bootstrap list: the members
+	// until the cluster's membership has been read (see Membership).
 	StaticServers []string
 	// LocalServer, when set, is the URL of the node's own API server (the
 	// --local-apiserver flag): it is probed like a static server and named as
-	// the snapshot's preferred server (node-local mode).
+	// the snapshot's preferred server (node-local mode). It is a member
+	// whatever the cluster announces; with cluster discovery and no
+	// StaticServers, it joins with the cluster's first read, not before.
 	LocalServer string
 	// RESTConfig, when set, makes the controller discover servers from the
 	// cluster (identity Leases and the kubernetes Service's EndpointSlices). Its
@@ -63,6 +92,9 @@ type Options struct {
 	// instead of the cluster RESTConfig names; it also enables that discovery
 	// on its own.
 	Cluster *ClusterListers
+	// Membership is which servers are the members once the cluster's
+	// membership has been read; default MembershipCluster.
+	Membership Membership
 
 	// PeerCA holds the CA certificates that sign the servers' serving
 	// certificates (--peer-ca-file). When it changes, new connections verify
@@ -99,8 +131,9 @@ type Options struct {
 	FailureThreshold int
 	// RequestTimeout bounds each request to a server.
 	RequestTimeout time.Duration
-	// GracePeriod is how long a server that stopped answering, or left
-	// discovery, stays in the snapshot (marked unhealthy) before it is removed.
+	// GracePeriod is how long a server that stopped answering, or stopped
+	// being a member, stays in the snapshot (marked unhealthy) before it is
+	// removed.
 	GracePeriod time.Duration
 	// MaxResponseBytes bounds every response body.
 	MaxResponseBytes int64
@@ -131,6 +164,12 @@ func (o Options) complete() (Options, error) {
 	}
 	if o.FrontProxyCertificate == nil && o.RESTConfig == nil {
 		return o, errors.New("controller: no credentials for the API servers: give FrontProxyCertificate or a RESTConfig")
+	}
+	if o.Membership == "" {
+		o.Membership = MembershipCluster
+	}
+	if err := CheckMembership(o.Membership, len(o.StaticServers) > 0 || o.LocalServer != ""); err != nil {
+		return o, fmt.Errorf("controller: Membership %q: %w", o.Membership, err)
 	}
 	if o.ServerName == "" {
 		o.ServerName = DefaultServerName

@@ -47,6 +47,11 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		{"negative grace", func(o *Options) { o.GracePeriod = -time.Second }, "GracePeriod must be positive"},
 		{"negative size limit", func(o *Options) { o.MaxResponseBytes = -1 }, "MaxResponseBytes must be positive"},
 		{"negative concurrency", func(o *Options) { o.MaxConcurrentFetches = -1 }, "MaxConcurrentFetches must be positive"},
+		{"unknown membership", func(o *Options) { o.Membership = "union" }, `Membership "union": must be cluster or listed`},
+		{"listed membership without a list", func(o *Options) {
+			o.StaticServers, o.Membership = nil, MembershipListed
+			o.Cluster = fakeCluster(fake.NewClientset())
+		}, `Membership "listed": no server is listed to be the members`},
 		{"REST config with its own transport", func(o *Options) {
 			o.FrontProxyCertificate = nil
 			o.RESTConfig = &rest.Config{Host: "https://cluster.invalid", Transport: http.DefaultTransport}
@@ -83,7 +88,7 @@ func TestNewFillsInDefaults(t *testing.T) {
 	if o.PollInterval != DefaultPollInterval || o.ReadinessInterval != DefaultReadinessInterval || o.FailureThreshold != DefaultFailureThreshold ||
 		o.RequestTimeout != DefaultRequestTimeout || o.GracePeriod != DefaultGracePeriod ||
 		o.MaxResponseBytes != DefaultMaxResponseBytes || o.MaxConcurrentFetches != DefaultMaxConcurrentFetches ||
-		o.ServerName != DefaultServerName || o.Logger == nil {
+		o.ServerName != DefaultServerName || o.Membership != MembershipCluster || o.Logger == nil {
 		t.Errorf("defaults not applied: %+v", o)
 	}
 	fast, err := New(Options{

@@ -25,6 +25,11 @@ func Gauge(def *metricdef.Metric) prometheus.Gauge {
 	return prometheus.NewGauge(prometheus.GaugeOpts{Name: def.Name, Help: def.Help})
 }
 
+// GaugeVec is def's gauge, by its labels.
+func GaugeVec(def *metricdef.Metric) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: def.Name, Help: def.Help}, def.Labels)
+}
+
 // CounterFunc is def's counter, read from value at each scrape.
 func CounterFunc(def *metricdef.Metric, value func() float64) prometheus.CounterFunc {
 	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: def.Name, Help: def.Help}, value)
