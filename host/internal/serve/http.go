@@ -55,7 +55,8 @@ func (s *Server) addOperatorHandlers(mux *http.ServeMux) {
 }
 
 func (s *Server) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
-	in := statuspage.Input{Ready: s.Ready(), Now: time.Now()}
+	members := s.shell.Controller().Members()
+	in := statuspage.Input{Ready: s.Ready(), Now: time.Now(), Members: &members}
 	if cur := s.applied.Load(); cur != nil {
 		in.Snapshot, in.AcceptedAt, in.Addresses = cur.snap, cur.acceptedAt, cur.addresses
 	}

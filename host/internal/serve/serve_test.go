@@ -376,6 +376,8 @@ func TestServeFollowsSnapshotsAndDrainsOnShutdown(t *testing.T) {
 	}
 	if _, _, page := get(t, plain, ops+"/"); !strings.Contains(page, `class="skewed"`) {
 		t.Error("status page shows no skewed API")
+	} else if !strings.Contains(page, "<td>--apiserver</td></tr>") || !strings.Contains(page, "<h2>Membership</h2>") {
+		t.Error("status page does not say where the API servers come from")
 	}
 
 	// kube-c stops being ready: the next snapshot marks it unhealthy and the

@@ -1,5 +1,5 @@
-// Package statuspage renders the gateway's status page: which API server
-// serves which API, as a server × API matrix with the skewed APIs (those not
+// Package statuspage renders the gateway's status page: which API servers
+// are members and what names each, which API server serves which API, as a server × API matrix with the skewed APIs (those not
 // every server serves the same way) highlighted, and, where the servers
 // differ, which field-selector labels each accepts and which fields its schema
 // lacks, and which servers' schemas have each field path that differs. The
@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/host/internal/controller"
 )
 
 // Input is what the page shows.
@@ -31,6 +32,8 @@ type Input struct {
 	AcceptedAt time.Time
 	// Addresses maps cluster names to host:port.
 	Addresses map[string]string
+	// Members is the controller's membership; nil when unknown.
+	Members *controller.Members
 	// Ready is the gateway's readiness.
 	Ready bool
 	Now   time.Time
@@ -60,7 +63,26 @@ type view struct {
 	FieldSelectors []fieldRow
 	MissingFields  []fieldRow
 	// FieldSkew are the resources of the snapshot's FieldSkew, sorted.
-	FieldSkew []skewTable
+	FieldSkew  []skewTable
+	Membership membership
+}
+
+// membership is what the page says of the members.
+type membership struct {
+	Known bool
+	// Summary says where the members come from.
+	Summary string
+	// Differences are the servers listed but not in the cluster, and those
+	// in it but not listed.
+	Differences []difference
+	// Unpublished are the members the snapshot lacks: not ready since they
+	// joined, or unreachable.
+	Unpublished []serverColumn
+}
+
+type difference struct {
+	Address, What string
+	Routed        bool
 }
 
 // skewTable is a resource's field paths that differ between the servers'
@@ -107,6 +129,8 @@ type serverColumn struct {
 	Healthy                       bool
 	// Preferred marks the node's own server in node-local mode.
 	Preferred bool
+	// Sources say what names the server a member; "" when it is none.
+	Sources string
 }
 
 // row is one API and, per server column, whether that server serves it.
@@ -129,6 +153,13 @@ type gvrKey struct{ group, version, resource string }
 
 func build(in Input) view {
 	v := view{Ready: in.Ready}
+	members := map[string]controller.Member{}
+	if in.Members != nil {
+		for _, m := range in.Members.Servers {
+			members[m.Address] = m
+		}
+	}
+	v.Membership = buildMembership(in, members)
 	snap := in.Snapshot
 	if snap == nil {
 		return v
@@ -142,7 +173,9 @@ func build(in Input) view {
 	gvResources := map[gvKey][]map[string]bool{}
 	gvrServed := map[gvrKey][]bool{}
 	for i, srv := range snap.Servers {
-		v.Servers = append(v.Servers, serverColumn{srv.ID, srv.Cluster, srv.Version, in.Addresses[srv.Cluster], srv.Healthy, srv.ID == snap.Preferred})
+		address := in.Addresses[srv.Cluster]
+		v.Servers = append(v.Servers, serverColumn{srv.ID, srv.Cluster, srv.Version, address, srv.Healthy, srv.ID == snap.Preferred,
+			sourceNames(members[address].Sources)})
 		for _, list := range []discovery.GroupList{srv.Core, srv.APIs} {
 			for _, g := range list.Items {
 				for _, ver := range g.Versions {
@@ -243,6 +276,64 @@ func skewTables(snap *discovery.Snapshot) []skewTable {
 		tables = append(tables, t)
 	}
 	return tables
+}
+
+// sourceWords are the page's words for what names a member.
+var sourceWords = map[controller.Source]string{
+	controller.SourceListed:        "--apiserver",
+	controller.SourceLocal:         "--local-apiserver",
+	controller.SourceLease:         "identity Lease",
+	controller.SourceEndpointSlice: "EndpointSlice",
+}
+
+func sourceNames(sources []controller.Source) string {
+	var names []string
+	for _, s := range sources {
+		names = append(names, sourceWords[s])
+	}
+	return strings.Join(names, ", ")
+}
+
+// buildMembership says where the members come from, where the listed
+// servers and the cluster's differ, and which members the snapshot lacks.
+func buildMembership(in Input, members map[string]controller.Member) membership {
+	m := in.Members
+	if m == nil {
+		return membership{}
+	}
+	v := membership{Known: true}
+	switch {
+	case !m.Cluster:
+		v.Summary = "The API servers are the listed ones (--apiserver, --local-apiserver): no cluster is read (--kubeconfig)."
+	case !m.ClusterRead:
+		v.Summary = "The cluster's membership has not been read yet: the servers --apiserver lists are used until it is."
+	case m.Membership == controller.MembershipListed:
+		v.Summary = "The API servers are the listed ones (--apiserver-membership=listed); the cluster's are only compared with them."
+	default:
+		v.Summary = "The API servers are the cluster's, those its identity Leases and the kubernetes Service's EndpointSlices announce; " +
+			"the servers --apiserver lists were used only until the cluster answered."
+	}
+	for _, d := range []struct {
+		addresses []string
+		what      string
+	}{{m.ListedNotInCluster, "listed but not in the cluster"}, {m.InClusterNotListed, "in the cluster but not listed"}} {
+		for _, address := range d.addresses {
+			_, member := members[address]
+			v.Differences = append(v.Differences, difference{address, d.what, member})
+		}
+	}
+	published := map[string]bool{}
+	if in.Snapshot != nil {
+		for _, srv := range in.Snapshot.Servers {
+			published[in.Addresses[srv.Cluster]] = true
+		}
+	}
+	for _, member := range m.Servers {
+		if !published[member.Address] {
+			v.Unpublished = append(v.Unpublished, serverColumn{ID: member.ID, Address: member.Address, Sources: sourceNames(member.Sources)})
+		}
+	}
+	return v
 }
 
 // fieldRows lists the resources some server's lists (FieldSelectors or
@@ -384,7 +475,9 @@ func (p *page) write(v view) {
 	p.when(v.Ready, `<span class="badge ready">ready</span>`, `<span class="badge notready">not ready</span>`)
 	p.WriteString("\n")
 	if !v.HasSnapshot {
-		p.WriteString("\n<p class=\"summary\">No discovery snapshot has been accepted yet; the gateway answers 503 until one is.</p>\n\n")
+		p.WriteString("\n<p class=\"summary\">No discovery snapshot has been accepted yet; the gateway answers 503 until one is.</p>\n")
+		p.membership(v.Membership)
+		p.WriteString("\n")
 		p.WriteString(foot)
 		return
 	}
@@ -399,7 +492,7 @@ func (p *page) write(v view) {
 		strconv.Itoa(v.SkewedResource) + " of " + strconv.Itoa(len(v.Resources)) + " resources are skewed: not every server serves them.</p>\n")
 
 	p.WriteString("\n<h2>API servers</h2>\n<table>\n")
-	p.WriteString("<tr><th>Server ID</th><th>Cluster</th><th>Address</th><th>Version</th><th>Health</th></tr>\n")
+	p.WriteString("<tr><th>Server ID</th><th>Cluster</th><th>Address</th><th>Version</th><th>Health</th><th>Source</th></tr>\n")
 	for _, s := range v.Servers {
 		p.WriteString(`<tr><td class="mono">`)
 		p.text(s.ID)
@@ -412,9 +505,17 @@ func (p *page) write(v view) {
 		p.text(s.Version)
 		p.WriteString(`</td><td>`)
 		p.when(s.Healthy, `<span class="healthy">healthy</span>`, `<span class="unhealthy">unhealthy</span>`)
+		p.WriteString(`</td><td>`)
+		switch {
+		case s.Sources != "":
+			p.text(s.Sources)
+		case v.Membership.Known:
+			p.WriteString(`<span class="unhealthy">no member: not routed to, leaves after the grace period</span>`)
+		}
 		p.WriteString("</td></tr>\n")
 	}
 	p.WriteString("</table>\n")
+	p.membership(v.Membership)
 
 	p.WriteString("\n<h2>Group versions</h2>\n<table>\n")
 	p.serverHeader("Group/version", "", v.Servers)
@@ -516,6 +617,44 @@ func (p *page) write(v view) {
 	}
 	p.WriteString("\n")
 	p.WriteString(foot)
+}
+
+// membership writes where the members come from, where the listed servers
+// and the cluster's differ, and the members the snapshot lacks.
+func (p *page) membership(m membership) {
+	if !m.Known {
+		return
+	}
+	p.WriteString("\n<h2>Membership</h2>\n<p class=\"summary\">")
+	p.text(m.Summary)
+	p.WriteString("</p>\n")
+	if len(m.Differences) > 0 {
+		p.WriteString("<table>\n<tr><th>Address</th><th>Difference</th><th>Routed to</th></tr>\n")
+		for _, d := range m.Differences {
+			p.WriteString(`<tr><td class="mono">`)
+			p.text(d.Address)
+			p.WriteString(`</td><td class="unhealthy">`)
+			p.text(d.What)
+			p.WriteString(`</td><td>`)
+			p.when(d.Routed, "yes", "no")
+			p.WriteString("</td></tr>\n")
+		}
+		p.WriteString("</table>\n")
+	}
+	if len(m.Unpublished) > 0 {
+		p.WriteString("<p class=\"summary\">Members not in the snapshot: not ready since they joined, or unreachable.</p>\n" +
+			"<table>\n<tr><th>Server ID</th><th>Address</th><th>Source</th></tr>\n")
+		for _, s := range m.Unpublished {
+			p.WriteString(`<tr><td class="mono">`)
+			p.text(s.ID)
+			p.WriteString(`</td><td class="mono">`)
+			p.text(s.Address)
+			p.WriteString(`</td><td>`)
+			p.text(s.Sources)
+			p.WriteString("</td></tr>\n")
+		}
+		p.WriteString("</table>\n")
+	}
 }
 
 // serverHeader writes the header row of a table with a column per server,

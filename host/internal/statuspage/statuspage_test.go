@@ -8,6 +8,7 @@ import (
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/discovery/discoverytest"
+	"github.com/skewgate/skewgate/host/internal/controller"
 )
 
 func render(t *testing.T, in Input) string {
@@ -151,5 +152,63 @@ func TestPageShowsWhichServersSchemasHaveEachFieldPathThatDiffers(t *testing.T) 
 	page = render(t, Input{Snapshot: snap, AcceptedAt: time.Now(), Now: time.Now(), Ready: true})
 	if want := "names no field path that one server's schema has and another's lacks"; !strings.Contains(page, want) {
 		t.Errorf("page without field skew lacks %q", want)
+	}
+}
+
+func TestPageShowsWhereEachMemberComesFromAndWhereTheListAndTheClusterDiffer(t *testing.T) {
+	servers := discoverytest.SkewedControlPlane()
+	servers[2].Healthy = false
+	snap, err := discovery.ParseSnapshot(discoverytest.SnapshotJSON(5, servers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := &controller.Members{
+		Membership: controller.MembershipCluster, Cluster: true, ClusterRead: true,
+		Servers: []controller.Member{
+			{Address: "10.0.0.11:6443", ID: "apiserver-aaa", Sources: []controller.Source{controller.SourceListed, controller.SourceLease, controller.SourceEndpointSlice}},
+			{Address: "10.0.0.12:6443", ID: "apiserver-bbb", Sources: []controller.Source{controller.SourceEndpointSlice}},
+			{Address: "10.0.0.14:6443", ID: "apiserver-<new>", Sources: []controller.Source{controller.SourceLease}},
+		},
+		// kube-c was listed and is not in the cluster: it is no member, and
+		// leaves the snapshot after the grace period.
+		ListedNotInCluster: []string{"10.0.0.13:6443"},
+		InClusterNotListed: []string{"10.0.0.12:6443", "10.0.0.14:6443"},
+	}
+	in := Input{Snapshot: snap, AcceptedAt: time.Now(), Now: time.Now(), Ready: true, Members: members,
+		Addresses: map[string]string{"kube-a": "10.0.0.11:6443", "kube-b": "10.0.0.12:6443", "kube-c": "10.0.0.13:6443"}}
+	page := render(t, in)
+	for _, want := range []string{
+		"<th>Health</th><th>Source</th></tr>",
+		`<td class="mono">10.0.0.11:6443</td><td>v1.35.4</td><td><span class="healthy">healthy</span></td><td>--apiserver, identity Lease, EndpointSlice</td></tr>`,
+		`<td class="mono">10.0.0.12:6443</td><td>v1.36.3</td><td><span class="healthy">healthy</span></td><td>EndpointSlice</td></tr>`,
+		`<td class="mono">10.0.0.13:6443</td><td>v1.36.3</td><td><span class="unhealthy">unhealthy</span></td><td><span class="unhealthy">no member: not routed to, leaves after the grace period</span></td></tr>`,
+		"<h2>Membership</h2>\n<p class=\"summary\">The API servers are the cluster&#39;s",
+		`<tr><td class="mono">10.0.0.13:6443</td><td class="unhealthy">listed but not in the cluster</td><td>no</td></tr>`,
+		`<tr><td class="mono">10.0.0.12:6443</td><td class="unhealthy">in the cluster but not listed</td><td>yes</td></tr>`,
+		// A member that joined and has not been ready is in no snapshot yet.
+		`<tr><td class="mono">apiserver-&lt;new&gt;</td><td class="mono">10.0.0.14:6443</td><td>identity Lease</td></tr>`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %s", want)
+		}
+	}
+
+	for _, tc := range []struct {
+		name    string
+		members controller.Members
+		says    string
+	}{
+		{"no cluster", controller.Members{}, "no cluster is read (--kubeconfig)"},
+		{"cluster not read yet", controller.Members{Cluster: true}, "The cluster&#39;s membership has not been read yet: the servers --apiserver lists are used until it is."},
+		{"listed membership", controller.Members{Membership: controller.MembershipListed, Cluster: true, ClusterRead: true}, "(--apiserver-membership=listed)"},
+	} {
+		in.Members = &tc.members
+		if page := render(t, in); !strings.Contains(page, tc.says) || strings.Contains(page, "<th>Difference</th>") {
+			t.Errorf("%s: the page does not say %q, or shows differences", tc.name, tc.says)
+		}
+	}
+	// Before the first snapshot, the membership says why none came yet.
+	if page := render(t, Input{Now: time.Now(), Members: &controller.Members{Cluster: true}}); !strings.Contains(page, "has not been read yet") {
+		t.Error("the page before the first snapshot does not say the cluster has not been read")
 	}
 }
