@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/rulefmt"
@@ -124,7 +125,7 @@ func TestAlertingRulesParseAndNameOnlyDefinedMetrics(t *testing.T) {
 
 // What operators watch during an upgrade has an alert: servers unhealthy,
 // 503s for skewed APIs, rejected configurations or NACKs, certificate reload
-// failures.
+// failures, API servers that differ from the cluster's.
 func TestEveryUpgradeSignalHasAnAlert(t *testing.T) {
 	alerted := map[string]bool{}
 	for _, g := range loadRules(t).Groups {
@@ -139,10 +140,34 @@ func TestEveryUpgradeSignalHasAnAlert(t *testing.T) {
 		&metricdef.PluginUnavailableResponses,
 		&metricdef.PluginConfigurationRejections, &metricdef.ControllerPublishErrors, &metricdef.XDSNacks,
 		&metricdef.CertificateReloadFailures,
+		&metricdef.ControllerMembershipDifferences,
 	} {
 		if !alerted[def.Name] {
 			t.Errorf("no alert reads %s", def.Name)
 		}
+	}
+}
+
+// A membership that differs from the cluster's for a moment is no news: a
+// kube-apiserver takes its endpoint out of the kubernetes Service while it
+// restarts, and a joined server is announced before anyone lists it. Only one
+// that lasts longer than an upgrade's restarts is.
+func TestMembershipAlertOutlastsARestart(t *testing.T) {
+	const restart = 5 * time.Minute
+	found := false
+	for _, g := range loadRules(t).Groups {
+		for _, r := range g.Rules {
+			if !slices.Contains(checkMetrics(t, r.Alert, r.Expr), metricdef.ControllerMembershipDifferences.Name) {
+				continue
+			}
+			found = true
+			if time.Duration(r.For) <= restart {
+				t.Errorf("%s fires after %v; want longer than a restart, %v", r.Alert, time.Duration(r.For), restart)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no alert reads %s", metricdef.ControllerMembershipDifferences.Name)
 	}
 }
 
