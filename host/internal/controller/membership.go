@@ -18,9 +18,9 @@ import (
 // and no flag lists becomes one. When the cluster cannot be read any more,
 // the last membership read stays: the informers keep what they last listed.
 // LocalServer, the node's own server, is a member whatever the cluster says,
-// but it is no bootstrap list: given alone, it joins with the cluster's
-// first read, so that node-local clients never see its APIs alone while its
-// peers are still unknown.
+// but it is no bootstrap list: given alone under MembershipCluster, it joins
+// with the cluster's first read, so that node-local clients never see its
+// APIs alone while its peers are still unknown.
 //
 // A server that stops being a member is marked unhealthy at once and stays
 // in the snapshot for the grace period: kube-apiserver takes its own
@@ -166,7 +166,7 @@ func (c *Controller) desiredMembers() []member {
 	given := map[string]sources{}
 	if c.local != "" {
 		given[c.local] = fromLocal
-		if c.cluster == nil || read || len(listed) > 0 {
+		if c.cluster == nil || read || len(listed) > 0 || mode == MembershipListed {
 			candidates = append(candidates, c.local)
 		}
 	}

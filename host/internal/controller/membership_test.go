@@ -458,17 +458,20 @@ func TestMembershipDifferencesAreLoggedAndCounted(t *testing.T) {
 
 // In node-local mode the local server is a member whatever the cluster
 // says; alone it is no bootstrap list: its clients never see its APIs alone
-// while its peers are unknown.
+// while its peers are unknown. Under the listed membership it is all there
+// is, and routed to at once.
 func TestLocalServerIsAlwaysAMemberButAloneNoBootstrapList(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// withPeerListed lists the peer too; localAnnounced has the cluster
 		// announce the local server.
 		withPeerListed, localAnnounced bool
+		membership                     Membership
 	}{
-		{"alone, announced", false, true},
-		{"alone, not announced", false, false},
-		{"beside a bootstrap list", true, true},
+		{"alone, announced", false, true, MembershipCluster},
+		{"alone, not announced", false, false, MembershipCluster},
+		{"beside a bootstrap list", true, true, MembershipCluster},
+		{"alone, membership listed", false, true, MembershipListed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pki, local, peer := newSkewedPair(t)
@@ -486,8 +489,19 @@ func TestLocalServerIsAlwaysAMemberButAloneNoBootstrapList(t *testing.T) {
 			}
 			opts.LocalServer = local.url()
 			opts.Cluster = gated(client, g)
+			opts.Membership = tc.membership
 			c := startController(t, opts)
 
+			if tc.membership == MembershipListed {
+				rec.waitOffer(t, "the local server routed to", routesExactly(local))
+				g.open()
+				waitUntil(t, "the cluster read", func() bool { return c.Members().ClusterRead })
+				waitRounds(t, local, 3)
+				if _, snap := c.Current(); !routesExactly(local)(snap) || peer.totalRequests() != 0 {
+					t.Errorf("servers %+v, %d requests to the peer; want the local server alone", snap.Servers, peer.totalRequests())
+				}
+				return
+			}
 			if tc.withPeerListed {
 				o := rec.waitOffer(t, "the bootstrap list routed to", routesExactly(local, peer))
 				if o.snap.Preferred != ClusterName(local.address) {

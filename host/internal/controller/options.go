@@ -79,8 +79,9 @@ type Options struct {
 	// LocalServer, when set, is the URL of the node's own API server (the
 	// --local-apiserver flag): it is probed like a static server and named as
 	// the snapshot's preferred server (node-local mode). It is a member
-	// whatever the cluster announces; with cluster discovery and no
-	// StaticServers, it joins with the cluster's first read, not before.
+	// whatever the cluster announces; with cluster discovery, no
+	// StaticServers and MembershipCluster, it joins with the cluster's first
+	// read, not before.
 	LocalServer string
 	// RESTConfig, when set, makes the controller discover servers from the
 	// cluster (identity Leases and the kubernetes Service's EndpointSlices). Its
