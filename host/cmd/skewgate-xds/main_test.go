@@ -59,6 +59,7 @@ func TestEveryFlagRefusesABadValueNamingIt(t *testing.T) {
 		"retry-after-seconds":           {"--retry-after-seconds=0"},
 		"discovery-authorization-cache": {"--discovery-authorization-cache=1500ms"},
 		"schema-skew-routing":           {"--schema-skew-routing=reads"},
+		"route-writes-by-body":          {"--route-writes-by-body=maybe"},
 		"xds-bind-address":              {"--xds-bind-address=0.0.0.0"},
 		"xds-tls-cert-file":             {"--xds-tls-cert-file=" + missing},
 		"xds-tls-private-key-file":      {"--xds-tls-private-key-file=" + missing},
