@@ -240,6 +240,8 @@ func depthRequests(etag string) []depthRequest {
 		{"field selector only some servers accept", "GET", plugintest.KubeletPodList, nil, routed},
 		{longSelectorRequest, "GET", "/api/v1/pods?fieldSelector=" + strings.Repeat("metadata.name%21%3Dp%5C%2C1%2C", 2000) + "spec.nodeName%3Dn", nil, routed},
 		{"write of a kind whose schemas differ", "POST", "/apis/batch/v1/namespaces/default/jobs", nil, routed},
+		{shallowBodyRequest, "POST", "/apis/batch/v1/namespaces/default/jobs", nil, routed},
+		{deepBodyRequest, "POST", "/apis/batch/v1/namespaces/default/jobs", nil, routed},
 		{"forged identity headers stripped", "GET", "/api/v1/namespaces/default/pods", forged, func(r plugintest.Result) bool {
 			return forwarded(r) && !strings.Contains(fmt.Sprint(r.Headers), "x-remote-") && !strings.Contains(fmt.Sprint(r.Headers), headerPeerProxiedName)
 		}},
@@ -247,6 +249,20 @@ func depthRequests(etag string) []depthRequest {
 }
 
 const headerPeerProxiedName = "x-kubernetes-peer-proxied"
+
+// shallowBodyRequest and deepBodyRequest create a Job routed by its body, the second nesting 20,000 arrays and
+// 20,000 objects inside fields the walk enters: reading it must take no deeper a stack than reading the first.
+const (
+	shallowBodyRequest = "write routed by its body"
+	deepBodyRequest    = "write routed by a body nested 20,000 deep"
+)
+
+// depthBodies are the JSON bodies of the requests that send one (plugintest's Write).
+var depthBodies = map[string]string{
+	shallowBodyRequest: `{"spec":{"template":{"spec":{"containers":[{"name":"c","image":"i"}]}}}}`,
+	deepBodyRequest: `{"spec":{"template":{"spec":{"containers":[{"name":"c","args":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) +
+		`}],"volumes":[` + strings.Repeat(`{"a":`, 20000) + "0" + strings.Repeat("}", 20000) + `]}}}}`,
+}
 
 // longSelectorRequest lists with a field selector of 2001 terms: reading it must take no deeper a stack than
 // reading one term.
@@ -281,7 +297,7 @@ func TestPluginRequestCallDepthStaysWithinBudgetWhateverTheSnapshotSize(t *testi
 				subject, digest string
 				requests        []depthRequest
 			}{
-				{nil, "", "", depthRequests(ix.MergedAPIs().ETag)},
+				{map[string]any{"routeWritesByBody": true}, "", "", depthRequests(ix.MergedAPIs().ETag)},
 				{map[string]any{"identityMode": "front-proxy"}, depthFrontProxySubject, depthFrontProxyDigest, frontProxyDepthRequests},
 			}
 			for _, mode := range modes {
@@ -290,7 +306,12 @@ func TestPluginRequestCallDepthStaysWithinBudgetWhateverTheSnapshotSize(t *testi
 				p := &hostedPlugin{t: t, host: h, subject: mode.subject, digest: mode.digest, calls: calls}
 				depth.TakePeak() // start-up
 				for _, req := range mode.requests {
-					res := p.Request(req.method, req.path, req.headers...)
+					var res plugintest.Result
+					if body, ok := depthBodies[req.name]; ok {
+						res = p.Write(req.method, req.path, "application/json", []byte(body), req.headers...)
+					} else {
+						res = p.Request(req.method, req.path, req.headers...)
+					}
 					peak := depth.TakePeak()
 					if !req.want(res) {
 						status := uint32(0)
@@ -313,6 +334,9 @@ func TestPluginRequestCallDepthStaysWithinBudgetWhateverTheSnapshotSize(t *testi
 	}
 	if long, short := own[longSelectorRequest][sizes[0]], own["field selector only some servers accept"][sizes[0]]; long != short {
 		t.Errorf("the plugin's own call depth is %d for a field selector of 2001 terms, %d for one term; want it independent of the selector", long, short)
+	}
+	if deep, shallow := own[deepBodyRequest][sizes[0]], own[shallowBodyRequest][sizes[0]]; deep != shallow {
+		t.Errorf("the plugin's own call depth is %d for a body nested 20,000 deep, %d for a shallow one; want it independent of the body", deep, shallow)
 	}
 	for name, byServers := range own {
 		if first, last := byServers[sizes[0]], byServers[sizes[len(sizes)-1]]; last != first || first == 0 {
