@@ -1,8 +1,8 @@
 // Package metricdef defines every metric skewgate exports: its name, type,
 // labels and help, once. The plugin defines its metrics by these names through
 // the proxy-wasm ABI, the host builds its collectors from these definitions,
-// and the README's metrics reference, the shipped alerting rules and the
-// Grafana dashboard are checked against All.
+// and the metrics reference in host/deploy/monitoring/README.md, the shipped
+// alerting rules and the Grafana dashboard are checked against All.
 //
 // Names follow the Prometheus conventions: one prefix (skewgate_), then the
 // part that exports the metric (plugin, gateway, wasm, controller, xds, ...),
@@ -23,7 +23,7 @@ const (
 	Histogram Type = "histogram"
 )
 
-// Exporter is where a metric is exported, as the README's reference groups
+// Exporter is where a metric is exported, as the metrics reference groups
 // them.
 type Exporter string
 
@@ -64,7 +64,7 @@ func Lookup(name string) (*Metric, bool) {
 	return nil, false
 }
 
-// All is every definition, in the order of the README's reference.
+// All is every definition, in the order of the metrics reference.
 var All = []*Metric{
 	&PluginReroutedRequests, &PluginUnavailableResponses, &PluginMergedDiscoveryServed, &PluginMergedDiscoveryNotModified,
 	&PluginNoPeerDiscoveryForwarded, &PluginWritesRoutedByBody, &PluginWriteBodiesUnreadable, &PluginConfigurationRejections, &PluginConfigurationSchemaRejections,

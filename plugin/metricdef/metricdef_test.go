@@ -72,7 +72,7 @@ func TestEveryDefinitionFollowsThePrometheusNamingConventions(t *testing.T) {
 }
 
 // All lists every definition of the package: one left out would be exported
-// but missing from the README, the dashboards' checks and Lookup.
+// but missing from the metrics reference, the dashboards' checks and Lookup.
 func TestAllHoldsEveryDefinition(t *testing.T) {
 	file, err := parser.ParseFile(token.NewFileSet(), "metricdef.go", nil, 0)
 	if err != nil {

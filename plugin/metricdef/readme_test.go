@@ -9,10 +9,12 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite the metrics reference in README.md from the definitions")
+var update = flag.Bool("update", false, "rewrite the metrics reference in host/deploy/monitoring/README.md from the definitions")
 
 const (
-	readme         = "../../README.md"
+	// readme holds the metrics reference, beside the alerting rules and the
+	// dashboard that use the metrics.
+	readme         = "../../host/deploy/monitoring/README.md"
 	referenceStart = "<!-- metrics reference: generated from metricdef by `go test ./plugin/metricdef -update`; do not edit -->\n"
 	referenceEnd   = "<!-- end of the metrics reference -->\n"
 )
@@ -29,7 +31,7 @@ var exporterTitles = map[Exporter]string{
 	Certificates: "The certificate, key and CA files watched for rotation",
 }
 
-// reference renders the README's metrics reference: one table per exporter.
+// reference renders the monitoring README's metrics reference: one table per exporter.
 func reference() string {
 	var b strings.Builder
 	b.WriteString(referenceStart)
@@ -52,13 +54,13 @@ func reference() string {
 func TestEveryExporterHasATitle(t *testing.T) {
 	for _, m := range All {
 		if exporterTitles[m.Exporter] == "" {
-			t.Errorf("%s: exporter %q has no title in the README", m.Name, m.Exporter)
+			t.Errorf("%s: exporter %q has no title in the metrics reference", m.Name, m.Exporter)
 		}
 	}
 }
 
-// The README's metrics reference is generated from the definitions; go test
-// ./plugin/metricdef -update rewrites it.
+// The monitoring README's metrics reference is generated from the definitions;
+// go test ./plugin/metricdef -update rewrites it.
 func TestREADMEMetricsReferenceMatchesTheDefinitions(t *testing.T) {
 	doc, err := os.ReadFile(readme)
 	if err != nil {
@@ -66,7 +68,7 @@ func TestREADMEMetricsReferenceMatchesTheDefinitions(t *testing.T) {
 	}
 	start, end := bytes.Index(doc, []byte(referenceStart)), bytes.Index(doc, []byte(referenceEnd))
 	if start < 0 || end < start {
-		t.Fatalf("README.md has no metrics reference between %q and %q", referenceStart, referenceEnd)
+		t.Fatalf("%s has no metrics reference between %q and %q", readme, referenceStart, referenceEnd)
 	}
 	want := reference()
 	got := string(doc[start : end+len(referenceEnd)])
@@ -80,5 +82,5 @@ func TestREADMEMetricsReferenceMatchesTheDefinitions(t *testing.T) {
 		}
 		return
 	}
-	t.Errorf("README.md's metrics reference differs from the definitions; run go test ./plugin/metricdef -update")
+	t.Errorf("%s: the metrics reference differs from the definitions; run go test ./plugin/metricdef -update", readme)
 }
