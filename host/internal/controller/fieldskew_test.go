@@ -276,7 +276,7 @@ func capturedSchemaFields(pair fixtures.SchemaSkew) map[string]map[string]schema
 		}
 		var shared []string
 		for p := range only {
-			for a, ok := parentOf(p); ok; a, ok = parentOf(a) {
+			for a, ok := schemafields.ParentPath(p); ok; a, ok = schemafields.ParentPath(a) {
 				if !only[a] {
 					shared = append(shared, a)
 				}
@@ -286,20 +286,6 @@ func capturedSchemaFields(pair fixtures.SchemaSkew) map[string]map[string]schema
 		out[pair.Newer][r.Resource] = fieldsOf(slices.Concat(shared, r.OnlyInNewer)...)
 	}
 	return out
-}
-
-// parentOf is the path p is a property of, as package schemafields spells
-// paths; ok is false for a property of the kind's root.
-func parentOf(p string) (string, bool) {
-	i := strings.LastIndexByte(p, '.')
-	if i < 0 {
-		return "", false
-	}
-	p = p[:i]
-	for strings.HasSuffix(p, "[]") || strings.HasSuffix(p, ".*") {
-		p = p[:len(p)-2]
-	}
-	return p, true
 }
 
 // capturedPair is a healthy server of each version of the pair with its
@@ -363,7 +349,7 @@ func TestFieldSkewOfTheCapturedSchemasTellsWhereEachPathIs(t *testing.T) {
 					// The servers that know p are those its nearest listed
 					// parent, or itself, lists.
 					known := []int{0, 1}
-					for a, ok := p, true; ok; a, ok = parentOf(a) {
+					for a, ok := p, true; ok; a, ok = schemafields.ParentPath(a) {
 						if servers, isListed := listed[a]; isListed {
 							known = servers
 							break

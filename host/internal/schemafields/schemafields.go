@@ -138,7 +138,7 @@ func Differing(sets []Fields) iter.Seq2[string, uint64] {
 				}
 			}
 			parent := all
-			if p, ok := parentPath(path); ok {
+			if p, ok := ParentPath(path); ok {
 				if having, ok := partial[p]; ok {
 					parent = having
 				}
@@ -153,10 +153,10 @@ func Differing(sets []Fields) iter.Seq2[string, uint64] {
 	}
 }
 
-// parentPath is the path p is a property of: p without its last name and
+// ParentPath is the path p is a property of: p without its last name and
 // the array items ("[]") and map values (".*") that name is a property of;
 // ok is false for a property of the root.
-func parentPath(p string) (parent string, ok bool) {
+func ParentPath(p string) (parent string, ok bool) {
 	i := strings.LastIndexByte(p, '.')
 	if i < 0 {
 		return "", false

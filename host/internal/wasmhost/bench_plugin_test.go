@@ -575,7 +575,7 @@ func capturedKindFields(tb testing.TB, versions []string) map[string]map[string]
 			for older, only := range map[bool][]string{true: r.OnlyInOlder, false: r.OnlyInNewer} {
 				for _, p := range only {
 					differ[j][r.Resource][p] = older
-					for a, ok := p, true; ok; a, ok = parentPathOf(a) {
+					for a, ok := p, true; ok; a, ok = schemafields.ParentPath(a) {
 						paths[r.Resource][a] = true
 					}
 				}
@@ -623,20 +623,6 @@ func capturedKindFields(tb testing.TB, versions []string) map[string]map[string]
 		}
 	}
 	return out
-}
-
-// parentPathOf is the path p is a property of, as package schemafields
-// spells paths; ok is false for a property of the kind's root.
-func parentPathOf(p string) (parent string, ok bool) {
-	i := strings.LastIndexByte(p, '.')
-	if i < 0 {
-		return "", false
-	}
-	p = p[:i]
-	for strings.HasSuffix(p, "[]") || strings.HasSuffix(p, ".*") {
-		p = p[:len(p)-2]
-	}
-	return p, true
 }
 
 // servesResource reports whether the server's discovery lists the resource
